@@ -1,0 +1,34 @@
+# Short names. Each target sets itself up (tools/setup.sh is idempotent and fast when done).
+SHELL := /bin/bash
+VENV  := .venv/bin
+GPUS  ?=
+
+.PHONY: setup book test lab reproduce check-html clean
+
+setup:
+	@tools/setup.sh
+
+## book: execute every chapter from the recorded results (cached) and render the HTML book
+book: setup
+	$(VENV)/megalab reproduce --mode cached
+	$(VENV)/jupyter-book build . -W --keep-going
+	@echo "open _build/html/index.html"
+
+## test: the lib's tests, the whole book executed from records, the HTML checked in a real browser
+test: setup
+	$(VENV)/python -m pytest
+	$(MAKE) book
+	tools/browser-setup.sh
+	$(VENV)/python tools/check_html.py _build/html
+
+## lab: JupyterLab on the book, with the megalab kernel and widgets
+lab: setup
+	$(VENV)/jupyter lab book/
+
+## reproduce: run every chapter live on this machine's GPUs (records what is missing), then build
+reproduce: setup
+	$(VENV)/megalab reproduce --mode live $(if $(GPUS),--gpus $(GPUS))
+	$(VENV)/jupyter-book build . -W --keep-going
+
+clean:
+	rm -rf _build

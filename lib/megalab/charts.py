@@ -1,0 +1,222 @@
+"""The book's figures: each function takes plain data and returns a `plotly.graph_objects.Figure`.
+
+Nothing here calls `.show()`: a notebook cell ends with the figure and the renderer set by
+`setup_notebook()` displays it. One template (`TEMPLATE`) gives every figure the same look.
+Points a reader measured sit beside the reference records: a `source` column ("reference" or
+"yours") picks the marker (`SYMBOLS`).
+
+    charts.setup_notebook()                              # first cell of every chapter
+    charts.matmul_vs_size(bench.load("matmul"), peak=989)
+
+Rendering: Jupyter Book 1 (myst-nb) cannot render plotly's own mime type, and the HTML book must work
+offline. `setup_notebook()` therefore registers a renderer that emits *both* plotly's mime type
+(JupyterLab draws it) and a `text/html` div whose script calls `Plotly.newPlot` without bundling
+plotly.js. The book loads plotly.js once per page, from the copy inside the installed plotly
+package (see `megalab.reproduce.setup`, a Sphinx extension listed in `_config.yml`).
+"""
+from __future__ import annotations
+
+import math
+
+import plotly.graph_objects as go
+import plotly.io as pio
+from plotly.io.base_renderers import PlotlyRenderer
+from plotly.subplots import make_subplots
+
+RENDERER = "megalab"
+PALETTE = ["#1f5fa8", "#d1495b", "#2e933c", "#edae49", "#6c4f9e", "#00798c", "#8d6a4f", "#555555"]
+SYMBOLS = {"reference": "circle", "yours": "diamond-open"}
+PARTS = ("weights", "grads", "optimizer", "activations")   # memory_gib keys of theory.plan
+TEMPLATE = go.layout.Template(layout=go.Layout(
+    template=pio.templates["plotly_white"], colorway=PALETTE, font=dict(size=13),
+    margin=dict(l=60, r=30, t=60, b=50), legend=dict(orientation="h", y=-0.2), hovermode="closest",
+))
+
+
+def _figure(title: str, **layout) -> go.Figure:
+    fig = go.Figure(layout=dict(template=TEMPLATE, title=title))
+    return fig.update_layout(**layout)
+
+
+# -- rendering -------------------------------------------------------------------------------------
+class _BookRenderer(PlotlyRenderer):
+    """plotly's mime type for JupyterLab plus an HTML div (no plotly.js inside) for the HTML book."""
+
+    def to_mimebundle(self, fig_dict):
+        bundle = super().to_mimebundle(fig_dict)
+        html = pio.to_html(bundle["application/vnd.plotly.v1+json"], include_plotlyjs=False,
+                           full_html=False, config={"responsive": True, "displaylogo": False},
+                           validate=False)
+        return {**bundle, "text/html": html}
+
+
+def setup_notebook() -> str:
+    """Make notebook figures render both in JupyterLab and in the static HTML book; returns the name."""
+    pio.renderers[RENDERER] = _BookRenderer()
+    pio.renderers.default = RENDERER
+    return RENDERER
+
+
+# -- memory and time -------------------------------------------------------------------------------
+def memory_breakdown(pred: dict, measured: dict | None = None, capacity_gib: float | None = None,
+                     title: str = "Memory per GPU") -> go.Figure:
+    """Stacked bar of predicted memory per GPU (weights, grads, optimizer, activations) beside the
+    measured peak(s), e.g. measured={"allocated": 21.3, "reserved": 23.0}; a line at the card's capacity."""
+    fig = _figure(title, barmode="stack", yaxis_title="GiB per GPU", xaxis_title="")
+    for i, part in enumerate(PARTS):
+        fig.add_bar(x=["predicted"], y=[pred.get(part, 0.0)], name=part, marker_color=PALETTE[i])
+    for i, (name, value) in enumerate((measured or {}).items()):
+        fig.add_bar(x=[f"measured {name}"], y=[value], name=f"measured {name}",
+                    marker_color=PALETTE[4 + i % 4], marker_pattern_shape="/")
+    if capacity_gib:
+        fig.add_hline(y=capacity_gib, line_dash="dash", line_color="black",
+                      annotation_text=f"capacity {capacity_gib:.0f} GiB", annotation_position="top left")
+    return fig
+
+
+def step_time_breakdown(parts_by_label: dict[str, dict], title: str = "Step time") -> go.Figure:
+    """Horizontal stacked bars, one per label, of {compute_s, bubble_s, comm_s} (seconds)."""
+    fig = _figure(title, barmode="stack", xaxis_title="seconds per step", yaxis_title="")
+    labels = list(parts_by_label)
+    for i, part in enumerate(("compute_s", "bubble_s", "comm_s")):
+        fig.add_bar(y=labels, x=[parts_by_label[k].get(part, 0.0) for k in labels], orientation="h",
+                    name=part.removesuffix("_s"), marker_color=PALETTE[i])
+    return fig
+
+
+# -- scaling and parity ----------------------------------------------------------------------------
+def scaling(df, x: str = "gpus", y: str = "tokens_per_s", ideal: bool = True, kind: str = "weak",
+            title: str | None = None) -> go.Figure:
+    """Throughput `y` against `x` (GPUs) with the ideal linear line, and the efficiency y / ideal in a
+    second panel. Ideal = the smallest x's throughput scaled by x / x_min (weak: per-GPU work fixed;
+    strong: global batch fixed; both ideally give linear throughput)."""
+    if kind not in ("weak", "strong"):
+        raise ValueError(f"kind={kind!r}: use 'weak' or 'strong'")
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.68, 0.32], vertical_spacing=0.06)
+    fig.update_layout(template=TEMPLATE, title=title or f"{kind.capitalize()} scaling")
+    ref = df[df["source"] == "reference"] if "source" in df else df
+    ref = ref if len(ref) else df
+    base = ref.sort_values(x).iloc[0]
+    per_x = float(base[y]) / float(base[x])
+    for i, (src, part) in enumerate(_by_source(df)):
+        part = part.sort_values(x)
+        marker = dict(symbol=SYMBOLS.get(src, "circle"), size=10, color=PALETTE[i])
+        fig.add_scatter(x=part[x], y=part[y], mode="lines+markers", name=f"measured ({src})",
+                        marker=marker, row=1, col=1)
+        fig.add_scatter(x=part[x], y=part[y] / (per_x * part[x]), mode="lines+markers", marker=marker,
+                        name=f"efficiency ({src})", showlegend=False, row=2, col=1)
+    if ideal:
+        xs = sorted(df[x].unique())
+        fig.add_scatter(x=xs, y=[per_x * v for v in xs], mode="lines", name="ideal (linear)",
+                        line=dict(dash="dash", color="gray"), row=1, col=1)
+        fig.add_hline(y=1.0, line_dash="dash", line_color="gray", row=2, col=1)
+    fig.update_yaxes(title_text=y, row=1, col=1)
+    fig.update_yaxes(title_text="efficiency", tickformat=".0%", row=2, col=1)
+    fig.update_xaxes(title_text=x, row=2, col=1)
+    return fig
+
+
+def loss_parity(series_by_label: dict[str, dict], band: float | None = None,
+                title: str = "Loss parity") -> go.Figure:
+    """Loss curves {label: {"step": [...], "loss": [...]}}; the first label is the reference and,
+    with `band`, is drawn with a ±band tolerance ribbon that the other curves should stay inside."""
+    fig = _figure(title, xaxis_title="step", yaxis_title="loss")
+    for i, (label, s) in enumerate(series_by_label.items()):
+        if i == 0 and band:
+            hi = [v + band for v in s["loss"]]
+            lo = [v - band for v in s["loss"]]
+            fig.add_scatter(x=list(s["step"]) + list(s["step"])[::-1], y=hi + lo[::-1], fill="toself",
+                            line=dict(width=0), fillcolor="rgba(31,95,168,0.15)", hoverinfo="skip",
+                            name=f"±{band:g} around {label}")
+        fig.add_scatter(x=s["step"], y=s["loss"], mode="lines", name=label,
+                        line=dict(color=PALETTE[i % len(PALETTE)], dash="solid" if i == 0 else "dot"))
+    return fig
+
+
+# -- know your machine -----------------------------------------------------------------------------
+def _by_source(df):
+    if "source" not in df:
+        return [("reference", df)]
+    return [(src, df[df["source"] == src]) for src in ("reference", "yours") if (df["source"] == src).any()]
+
+
+def matmul_vs_size(df, peak: float, title: str = "Matmul throughput") -> go.Figure:
+    """TFLOP/s of square matmuls (columns n, tflops, dtype[, source]) against n, log x, with the
+    datasheet peak as a dashed line."""
+    fig = _figure(title, xaxis_title="matrix size n (n×n·n×n)", yaxis_title="TFLOP/s",
+                  xaxis_type="log")
+    i = 0
+    for src, part in _by_source(df):
+        for dtype, d in part.groupby("dtype", sort=True):
+            d = d.sort_values("n")
+            fig.add_scatter(x=d["n"], y=d["tflops"], mode="lines+markers", name=f"{dtype} ({src})",
+                            marker=dict(symbol=SYMBOLS.get(src, "circle"), size=9),
+                            line=dict(color=PALETTE[i % len(PALETTE)]))
+            i += 1
+    fig.add_hline(y=peak, line_dash="dash", line_color="black",
+                  annotation_text=f"datasheet peak {peak:.0f} TFLOP/s (dense bf16)",
+                  annotation_position="bottom right")
+    return fig
+
+
+def hbm_vs_size(df, peak_tbs: float, title: str = "HBM bandwidth") -> go.Figure:
+    """Copy bandwidth (columns size_bytes, gbs[, source]) against bytes copied, log x, with the
+    datasheet HBM bandwidth as a dashed line (TB/s)."""
+    fig = _figure(title, xaxis_title="bytes copied", yaxis_title="TB/s", xaxis_type="log")
+    for i, (src, d) in enumerate(_by_source(df)):
+        d = d.sort_values("size_bytes")
+        fig.add_scatter(x=d["size_bytes"], y=d["gbs"] / 1e3, mode="lines+markers", name=f"copy ({src})",
+                        marker=dict(symbol=SYMBOLS.get(src, "circle"), size=9), line=dict(color=PALETTE[i]))
+    fig.add_hline(y=peak_tbs, line_dash="dash", line_color="black",
+                  annotation_text=f"datasheet {peak_tbs:g} TB/s", annotation_position="bottom right")
+    return fig
+
+
+def half_bandwidth_size(sizes, bws) -> float | None:
+    """Smallest message size reaching half the peak bandwidth (Hockney's n½): below it a collective
+    is latency-bound, above it bandwidth-bound. None if no size qualifies."""
+    pairs = sorted(zip(sizes, bws))
+    if not pairs:
+        return None
+    half = max(b for _, b in pairs) / 2
+    return next((float(s) for s, b in pairs if b >= half), None)
+
+
+def bandwidth_vs_size(df, y: str = "busbw_gbs", title: str = "NCCL bus bandwidth") -> go.Figure:
+    """Log-log bus bandwidth against message size (columns op, gpus, size_bytes, `y`[, source]),
+    one panel per op, one line per GPU count, the measured peak annotated and the latency-bound
+    region (sizes below n½, see `half_bandwidth_size`) shaded."""
+    ops = [op for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all") if op in set(df["op"])]
+    ops += sorted(set(df["op"]) - set(ops))
+    cols = 2 if len(ops) > 1 else 1
+    rows = math.ceil(len(ops) / cols)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=ops, shared_yaxes=True,
+                        horizontal_spacing=0.06, vertical_spacing=0.14)
+    fig.update_layout(template=TEMPLATE, title=title, height=320 * rows + 120)
+    gpus = sorted(df["gpus"].unique())
+    for k, op in enumerate(ops):
+        r, c = k // cols + 1, k % cols + 1
+        d_op = df[df["op"] == op]
+        for src, part in _by_source(d_op):
+            for j, n in enumerate(gpus):
+                d = part[part["gpus"] == n].sort_values("size_bytes")
+                if d.empty:
+                    continue
+                fig.add_scatter(x=d["size_bytes"], y=d[y], mode="lines+markers", row=r, col=c,
+                                name=f"{n} GPUs ({src})", legendgroup=f"{n}-{src}", showlegend=k == 0,
+                                marker=dict(symbol=SYMBOLS.get(src, "circle"), size=7),
+                                line=dict(color=PALETTE[j % len(PALETTE)]))
+        best = d_op.iloc[int(d_op[y].to_numpy().argmax())]
+        fig.add_annotation(x=math.log10(best["size_bytes"]), y=math.log10(best[y]), row=r, col=c,
+                           text=f"peak {best[y]:.0f} GB/s ({int(best['gpus'])} GPUs)", showarrow=True,
+                           arrowhead=2, ax=-40, ay=30)
+        n_half = half_bandwidth_size(d_op["size_bytes"], d_op[y])
+        if n_half:
+            fig.add_vrect(x0=d_op["size_bytes"].min(), x1=n_half, fillcolor="gray", opacity=0.12,
+                          line_width=0, row=r, col=c, annotation_text="latency-bound",
+                          annotation_position="top left")
+    fig.update_xaxes(type="log", title_text="message size (bytes)", row=rows)
+    fig.update_xaxes(type="log")
+    fig.update_yaxes(type="log")
+    fig.update_yaxes(title_text=f"{y} (GB/s)" if y.endswith("_gbs") else y, col=1)
+    return fig

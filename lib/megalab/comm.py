@@ -1,0 +1,104 @@
+"""Communication per GPU per step, by parallel axis, and its time at a given bus bandwidth.
+
+Counts the bytes each GPU *sends* with ring algorithms: an all-reduce of S bytes over n GPUs sends
+2(n−1)/n·S, an all-gather or reduce-scatter (n−1)/n·S (S = the full, gathered size), an all-to-all
+(n−1)/n of the local buffer. Dividing by NCCL-tests' "bus bandwidth" then gives the time, which is
+how that bandwidth is defined. Re-exported by `megalab.theory`.
+"""
+
+from __future__ import annotations
+
+__all__ = ["comm_bytes_per_step", "comm_time_s"]
+
+ACT_BYTES = 2  # bf16 activations on the wire
+
+
+def _allreduce(n: int, size: float) -> float:
+    return 2 * (n - 1) / n * size
+
+
+def _gather(n: int, size: float) -> float:  # all-gather, reduce-scatter and all-to-all alike
+    return (n - 1) / n * size
+
+
+def _dp(cfg) -> float:
+    """Gradient reduction (+ parameter all-gather with the distributed optimizer), busiest stage."""
+    from megalab import memory, theory
+
+    edp = cfg.gpus // (cfg.pp * cfg.ep * cfg.etp)  # experts reduce over the expert-DP group
+    worst = 0.0
+    for stage in range(cfg.pp):
+        sent = 0.0
+        for n, p in zip((cfg.dp * cfg.cp, edp), theory._stage(cfg, stage)):
+            if cfg.dist_opt:  # reduce-scatter fp32 grads, all-gather bf16 params
+                sent += _gather(n, p * memory.GRAD_BYTES) + _gather(n, p * memory.WEIGHT_BYTES)
+            else:  # all-reduce fp32 grads
+                sent += _allreduce(n, p * memory.GRAD_BYTES)
+        worst = max(worst, sent)
+    return worst
+
+
+def _cp(cfg, per_layer_passes: int) -> float:
+    """KV exchange for one layer and one micro-batch (forward passes given; backward counts 2)."""
+    if cfg.cp == 1:
+        return 0.0
+    s, b, t = cfg.seq / cfg.cp, cfg.mbs, cfg.tp
+    kv_heads = cfg.hidden // cfg.heads * cfg.groups / t
+    kv = 2 * s * b * kv_heads * ACT_BYTES  # K and V of this rank's sequence chunk
+    qo = 2 * s * b * cfg.hidden / t * ACT_BYTES  # Q and O
+    fwd, bwd = per_layer_passes, 2  # backward moves KV and dKV
+
+    def ring(n):  # TE p2p: KV goes round the ring, n−1 hops (all_gather moves the same bytes)
+        return (fwd + bwd) * (n - 1) * kv
+
+    def a2a(n):  # Ulysses: 4 all-to-alls (Q, K, V, O) forward, 4 backward
+        return (fwd + 1) * _gather(n, qo + kv)
+
+    if cfg.cp_comm in ("p2p", "all_gather"):
+        return ring(cfg.cp)
+    if cfg.cp_comm == "a2a":
+        return a2a(cfg.cp)
+    return a2a(2) + ring(cfg.cp // 2)  # a2a+p2p: a2a inside pairs, p2p ring over cp/2
+
+
+def comm_bytes_per_step(cfg) -> dict:
+    """Bytes each GPU sends in one step, per axis, plus 'total'.
+
+    tp: per layer 2 all-reduces of the (s/cp, b, h) activation forward and 2 backward (Shoeybi
+        et al. 2019 §3, Fig. 4); SP turns each into all-gather + reduce-scatter, same bytes
+        (Korthikanti et al. 2022 §4.2.2); full recompute repeats the forward ones.
+    dp: all-reduce of the rank's fp32 grads, 2(d−1)/d·4·P; distributed optimizer: reduce-scatter
+        of fp32 grads + all-gather of bf16 params, (d−1)/d·(4+2)·P; d = dp·cp (experts: expert-DP).
+    cp: p2p/all_gather: KV chunks travel cp−1 hops per layer forward and twice that backward (KV
+        and dKV); a2a (Ulysses): all-to-alls of Q, K, V, O forward and backward.
+    pp: each micro-batch sends one (s/cp, b, h) activation forward and one gradient backward per
+        model chunk (v per stage), split over tp with SP (Narayanan et al. 2021 §2.2).
+    ep: alltoall dispatcher: dispatch + combine of topk·tokens·h forward and backward per MoE layer;
+        allgather dispatcher: all-gather + reduce-scatter of the tokens over the tp·ep group.
+    Small terms (embedding all-reduce, loss statistics, MoE router aux losses) are left out.
+    """
+    m, L = cfg.num_microbatches, cfg.layers // cfg.pp
+    s, b, h = cfg.seq / cfg.cp, cfg.mbs, cfg.hidden
+    act = s * b * h * ACT_BYTES
+    fwd = 2 if cfg.recompute == "full" else 1  # forward passes over each layer
+    sp = cfg.tp if cfg.sp else 1
+    out = {
+        "tp": 2 * (fwd + 1) * _allreduce(cfg.tp, act) * L * m,
+        "dp": _dp(cfg),
+        "cp": _cp(cfg, fwd) * L * m,
+        "pp": 2 * act / sp * m * cfg.vpp if cfg.pp > 1 else 0.0,
+        "ep": 0.0,
+    }
+    if cfg.experts and cfg.moe_dispatcher == "alltoall":
+        tokens = act / sp * cfg.topk
+        out["ep"] = 2 * (fwd + 1) * _gather(cfg.ep, tokens) * L * m
+    elif cfg.experts:
+        n = cfg.ep * cfg.tp
+        out["ep"] = 2 * (fwd + 1) * (n - 1) * act / sp * L * m
+    out["total"] = sum(out.values())
+    return out
+
+
+def comm_time_s(nbytes: float, bus_bw_gbs: float) -> float:
+    """Seconds to move `nbytes` per GPU at a bus bandwidth in GB/s (NCCL-tests' busbw)."""
+    return nbytes / (bus_bw_gbs * 1e9)

@@ -1,0 +1,221 @@
+"""The metrics protocol between the trainer and everything that reads its output, in one place.
+
+The trainer (`python -m megalab.train`) prints one JSON object per line on stdout. torchrun may put a
+prefix such as `[rank0]:` in front; the parser takes the text from the first `{`. Lines that are not
+JSON, or JSON without a known "kind", are ordinary log output and are ignored. Raw SI numbers only:
+seconds, tokens, bytes in GiB (2**30), TFLOP/s (1e12 FLOP/s), fractions (not percent).
+
+budget   rank 0, once, before step 0 -- what the run is about to do:
+    {"kind": "budget", "layout": "TP(2)·PP(2)·CP(1)·EP(1)·DP(1)", "world_size": 4,
+     "params_total": int, "params_per_rank": [int, ...], "tokens_per_step": int,
+     "predicted_mem_gib": float, "num_microbatches": int, "config": {RunConfig dict}}
+step     the rank that owns the loss (last pipeline stage), every step:
+    {"kind": "step", "step": 10, "loss": 7.91, "grad_norm": 1.2, "lr": 3e-4,
+     "step_time_s": 0.412, "tokens_per_s": 3.97e5, "tflops_per_gpu": 412.0, "mfu": 0.417,
+     "mem_allocated_peak_gib": 21.3, "mem_reserved_peak_gib": 23.0}     (memory: max over ranks)
+    tflops_per_gpu = theory.flops_per_step(cfg) / step_time_s / world_size / 1e12 (model FLOPs,
+    recomputation not counted); mfu = tflops_per_gpu * 1e12 / peak dense bf16 FLOP/s of the GPU.
+summary  same rank, once, at the end:
+    {"kind": "summary", "steps": N, "startup_s": float (launch to the end of the first step),
+     "mem_allocated_peak_gib_per_rank": [..], "mem_reserved_peak_gib_per_rank": [..],
+     "env": {megalab.env.fingerprint()}}
+
+Warm-up policy (declared here only): the first WARMUP_STEPS steps pay for CUDA context creation,
+NCCL communicator set-up, allocator growth and autotuning, so they are dropped and the median of
+the remaining steps is reported (the median ignores the odd step slowed by a neighbour's job).
+A run with at most WARMUP_STEPS steps keeps its last half instead, and says so in "warmup_policy".
+
+`classify_failure` turns a failed run's log into a status (oom, nccl_error, timeout, failed,
+invalid) and a small error dict {"message", "rank", "detail"}: failures are results, not exceptions.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+from dataclasses import dataclass, field
+from typing import Iterable
+
+KINDS = ("budget", "step", "summary")
+WARMUP_STEPS = 3
+MEDIAN_FIELDS = ("step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu")
+PEAK_FIELDS = ("mem_allocated_peak_gib", "mem_reserved_peak_gib")
+STATUSES = ("ok", "oom", "nccl_error", "timeout", "failed", "invalid")
+TRACEBACK_LINES = 15
+
+_DECODER = json.JSONDecoder()
+
+
+# -- parsing ---------------------------------------------------------------------------------------
+def parse_line(text: str) -> dict | None:
+    """The metrics object on this log line, or None for ordinary output (any prefix before `{`)."""
+    start = text.find("{")
+    if start < 0:
+        return None
+    try:
+        obj, _ = _DECODER.raw_decode(text, start)  # tolerates trailing text such as "\r"
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) and obj.get("kind") in KINDS else None
+
+
+@dataclass
+class Parsed:
+    """The metrics lines of one run: the budget, the steps (in step order) and the summary."""
+
+    budget: dict | None = None
+    steps: list[dict] = field(default_factory=list)
+    summary: dict | None = None
+
+
+def parse_log(log: str | Iterable[str]) -> Parsed:
+    """Collect the metrics lines of a whole log (a string, or an iterable of lines)."""
+    lines = log.splitlines() if isinstance(log, str) else log
+    out = Parsed()
+    seen: set = set()
+    for line in lines:
+        obj = parse_line(line)
+        if obj is None:
+            continue
+        if obj["kind"] == "step":
+            if obj.get("step") in seen:  # a step printed twice (two ranks) counts once
+                continue
+            seen.add(obj.get("step"))
+            out.steps.append(obj)
+        elif obj["kind"] == "budget" and out.budget is None:
+            out.budget = obj
+        elif obj["kind"] == "summary":
+            out.summary = obj
+    out.steps.sort(key=lambda s: (s.get("step") is None, s.get("step") or 0))
+    return out
+
+
+# -- summary ---------------------------------------------------------------------------------------
+def _finite(values) -> list[float]:
+    return [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+
+
+def summarize(steps: list[dict]) -> dict:
+    """Median speed after warm-up, peak memory over all steps, first and last loss."""
+    if len(steps) > WARMUP_STEPS:
+        kept, policy = steps[WARMUP_STEPS:], f"drop_first_{WARMUP_STEPS}"
+    else:
+        kept, policy = steps[len(steps) // 2:], "last_half"  # too few steps to drop the warm-up
+    out: dict = {}
+    for name in MEDIAN_FIELDS:
+        vals = _finite(s.get(name) for s in kept)
+        out[name] = statistics.median(vals) if vals else None
+    for name in PEAK_FIELDS:
+        vals = _finite(s.get(name) for s in steps)
+        out[name] = max(vals) if vals else None
+    out["loss_first"] = steps[0].get("loss") if steps else None
+    out["loss_last"] = steps[-1].get("loss") if steps else None
+    out["steps"] = len(steps)
+    out["warmup_policy"] = policy
+    return out
+
+
+# -- failure classification ------------------------------------------------------------------------
+_PREFIX = re.compile(r"^\s*\[(?:default)?rank(\d+)\]:\s?")
+_OOM = re.compile(r"OutOfMemoryError|CUDA out of memory|CUDA error: out of memory|"
+                  r"CUBLAS_STATUS_ALLOC_FAILED|Cuda failure 'out of memory'|cudaErrorMemoryAllocation")
+_NCCL = re.compile(r"Watchdog caught collective operation timeout|NCCL error|\bnccl[A-Z]\w*Error\b|"
+                   r"DistBackendError|NCCL communicator was aborted|ProcessGroupNCCL.*(?:[Ww]atchdog|"
+                   r"timed out|Timeout\(ms\)|aborted|Exception raised)")
+_INVALID = re.compile(r"\bInvalidLayout\b:?\s*(.*)")
+_EXC = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure))(?::\s*(.*))?$")
+_ROOT_RANK = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank")
+_GPU = re.compile(r"\bGPU (\d+)\b")
+_RANK_WORD = re.compile(r"\bRank (\d+)\b")
+_ALLOC = re.compile(r"Tried to allocate ([\d.]+) ([KMGT]i?B)")
+_UNITS = {"KiB": 2**-20, "MiB": 2**-10, "GiB": 1.0, "TiB": 2**10, "KB": 2**-20, "MB": 2**-10, "GB": 1.0,
+          "TB": 2**10}
+_LOG_LINE = re.compile(r"^\[?[WEI]\d{4} |^Traceback|^\s*File ")  # glog-style lines of torch/NCCL
+_GLOG = re.compile(r"^\[[WEI]\d{4} [^\]]*\]\s*")
+_TORCHRUN_NOISE = ("ChildFailedError", "torch.distributed.elastic")
+
+
+def _split(line: str) -> tuple[int | None, str]:
+    m = _PREFIX.match(line)
+    return (int(m.group(1)), line[m.end():]) if m else (None, line)
+
+
+def _first(pattern: re.Pattern, lines: list[str]) -> int | None:
+    return next((i for i, ln in enumerate(lines) if pattern.search(ln)), None)
+
+
+def _rank(raw_line: str, text: str, fallback: re.Pattern | None = None) -> int | None:
+    rank, _ = _split(raw_line)
+    if rank is None and fallback is not None and (m := fallback.search(text)):
+        rank = int(m.group(1))
+    return rank
+
+
+def _tail(lines: list[str], end: int) -> str:
+    """The traceback leading to line `end`: from its 'Traceback' header, at most TRACEBACK_LINES lines."""
+    start = max(0, end - TRACEBACK_LINES + 1)
+    for i in range(end, start - 1, -1):
+        if lines[i].lstrip().startswith("Traceback (most recent call last)"):
+            start = i
+            break
+    return "\n".join(lines[start:end + 1])
+
+
+def _continuation(raw: list[str], i: int) -> list[str]:
+    """The further lines of a multi-line exception message printed at raw[i] (same rank prefix)."""
+    rank, out = _split(raw[i])[0], []
+    for line in raw[i + 1:i + 1 + TRACEBACK_LINES]:
+        r, body = _split(line)
+        if r != rank or not body.strip() or _LOG_LINE.match(body):
+            break
+        out.append(body.strip())
+    return out
+
+
+def classify_failure(log_text: str, returncode: int | None, timed_out: bool = False
+                     ) -> tuple[str, dict | None]:
+    """(status, error) for a finished run; ("ok", None) when it exited 0 in time.
+
+    Root cause first: an invalid layout, then an out-of-memory on any rank (the other ranks then
+    fail in collectives, so NCCL errors are usually the echo of an OOM), then NCCL errors, then the
+    time limit, then any other exception.
+    """
+    if returncode == 0 and not timed_out:
+        return "ok", None
+    raw = log_text.splitlines()
+    lines = [_split(ln)[1] for ln in raw]
+    if (i := _first(_INVALID, lines)) is not None:
+        message = _INVALID.search(lines[i]).group(1).strip() or "invalid layout"
+        return "invalid", {"message": message, "rank": _split(raw[i])[0],
+                           "detail": "\n".join([message, *_continuation(raw, i)])}
+    if (i := _first(_OOM, lines)) is not None:
+        line = lines[i].strip()
+        m = _ALLOC.search(line)
+        alloc = round(float(m.group(1)) * _UNITS[m.group(2)], 3) if m else None
+        rank = _rank(raw[i], line, _GPU)
+        where = f" on rank {rank}" if rank is not None else ""
+        what = f" (tried to allocate {m.group(1)} {m.group(2)})" if m else ""
+        return "oom", {"message": f"CUDA out of memory{where}{what}", "rank": rank, "alloc_gib": alloc,
+                       "detail": _tail(lines, i)}
+    if (i := _first(_NCCL, lines)) is not None:
+        line = lines[i].strip()
+        return "nccl_error", {"message": _GLOG.sub("", line)[:300], "rank": _rank(raw[i], line, _RANK_WORD),
+                              "detail": "\n".join(lines[i:i + TRACEBACK_LINES])}
+    tail = "\n".join(lines[-TRACEBACK_LINES:])
+    if timed_out:
+        return "timeout", {"message": "the run passed its time limit and was stopped", "rank": None,
+                           "detail": tail}
+    exc = [j for j, ln in enumerate(lines)
+           if _EXC.match(ln.strip()) and not any(n in ln for n in _TORCHRUN_NOISE)]
+    root = re.search(_ROOT_RANK, log_text)
+    if exc:
+        j = exc[-1]
+        rank = _split(raw[j])[0]
+        return "failed", {"message": lines[j].strip()[:300],
+                          "rank": rank if rank is not None else (int(root.group(1)) if root else None),
+                          "detail": _tail(lines, j)}
+    signal = f" (killed by signal {-returncode})" if isinstance(returncode, int) and returncode < 0 else ""
+    return "failed", {"message": f"the trainer exited with code {returncode}{signal}",
+                      "rank": int(root.group(1)) if root else None, "detail": tail}

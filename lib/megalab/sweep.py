@@ -1,0 +1,172 @@
+"""Questions that take several runs: what is the largest batch that fits, and is a layout correct?
+
+fit     bisection for the largest micro-batch / sequence / layer count that runs without OOM.
+parity  train the same model on one GPU and on a layout, compare the loss curves step by step.
+
+Every probe goes through `megalab.run`, so it is recorded (live) or read back (cached) like any run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+VARY = ("mbs", "seq", "layers")
+PARITY_FACTOR = 3.0
+PARITY_FLOOR = 0.02
+
+
+# -- fit -------------------------------------------------------------------------------------------
+def _step(cfg, vary: str) -> int:
+    if vary == "layers":
+        return cfg.pp * cfg.vpp  # every pipeline chunk holds the same number of layers
+    if vary == "seq":
+        return 128  # a multiple of 2*cp*tp for every layout this book runs
+    return 1
+
+
+def with_value(cfg, vary: str, value: int):
+    """cfg with `vary` set to value. Varying mbs keeps the number of micro-batches, so
+    gbs = mbs * dp * num_microbatches stays a valid global batch."""
+    if vary not in VARY:
+        raise ValueError(f"vary={vary!r}: pick one of {', '.join(VARY)}")
+    if vary == "mbs":
+        return cfg.replace(mbs=value, gbs=value * cfg.dp * max(1, cfg.num_microbatches))
+    return cfg.replace(**{vary: value})
+
+
+@dataclass
+class FitResult:
+    """The largest value that ran ("ok"), or None if even `lo` did not, and every probe in order."""
+
+    vary: str
+    largest: int | None
+    probes: list = field(default_factory=list)  # [(value, Result)]
+
+    @property
+    def table(self):
+        """One row per probe, sorted by value: value, status, fits, source, speed and memory."""
+        import pandas as pd
+        rows = [{self.vary: v, "status": r.status, "fits": r.ok, "source": r.source,
+                 "step_time_s": r.summary.get("step_time_s"), "tflops_per_gpu": r.summary.get("tflops_per_gpu"),
+                 "mem_reserved_peak_gib": r.summary.get("mem_reserved_peak_gib"), "label": r.label}
+                for v, r in self.probes]
+        return pd.DataFrame(rows).sort_values(self.vary).reset_index(drop=True) if rows else pd.DataFrame()
+
+    def _repr_html_(self):
+        return f"<p>largest {self.vary} that fits: <b>{self.largest}</b></p>" + self.table.to_html(index=False)
+
+
+def fit(cfg, vary: str = "mbs", lo: int = 1, hi: int = 64, mode: str = "auto", step: int | None = None,
+        store=None, **run_kw) -> FitResult:
+    """Largest value of `vary` in [lo, hi] (multiples of `step`) whose run finishes with status ok.
+
+    Probes lo, then hi, then bisects: O(log n) runs. Any status other than ok (oom, but also a
+    timeout or crash) counts as "does not fit" and shows in the table. Assumes fitting is monotone.
+    """
+    from megalab.results import run
+
+    step = step or _step(cfg, vary)
+    values = [v for v in range(lo, hi + 1) if v % step == 0]
+    if not values:
+        raise ValueError(f"no multiple of {step} in [{lo}, {hi}]: widen the range or pass step=")
+    out = FitResult(vary, None)
+
+    def fits(i: int) -> bool:
+        probe = with_value(cfg, vary, values[i]).validate()
+        result = run(probe, mode=mode, tags=["fit", f"fit-{vary}"], store=store, **run_kw)
+        out.probes.append((values[i], result))
+        return result.ok
+
+    if not fits(0):
+        return out
+    good, bad = 0, len(values)
+    if len(values) > 1:
+        if fits(len(values) - 1):
+            good = len(values) - 1
+        else:
+            bad = len(values) - 1
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        good, bad = (mid, bad) if fits(mid) else (good, mid)
+    out.largest = values[good]
+    return out
+
+
+# -- parity ----------------------------------------------------------------------------------------
+def reference_of(cfg):
+    """The single-GPU run of the same model, data, seed and global batch: every parallel size 1,
+    the same mbs (so more micro-batches: gbs/mbs), no sequence parallelism or optimizer sharding."""
+    return cfg.replace(gpus=1, tp=1, pp=1, vpp=1, cp=1, ep=1, etp=1, sp=False, dist_opt=False, overlap=False)
+
+
+@dataclass
+class ParityResult:
+    """Does the layout train like one GPU? passes when max |loss - reference loss| <= band.
+
+    band = max(PARITY_FACTOR x spread, PARITY_FLOOR), where spread is the largest per-step loss
+    difference between repeated single-GPU runs (kernel nondeterminism). A correct layout only
+    reorders floating-point sums, which moves a bf16 loss by ~1e-3..1e-2 within tens of steps even
+    when the single-GPU run repeats bit for bit; a layout bug (wrong gradient scaling, a missing
+    all-reduce) moves it by > 0.1 within a few steps. Hence the floor.
+    """
+
+    passes: bool
+    max_abs_diff: float | None
+    band: float | None
+    spread: float | None
+    series: object  # DataFrame: step, reference, reference_2.., layout, abs_diff
+    reference: list = field(default_factory=list)  # [Result] single-GPU repeats
+    layout: object = None  # Result
+    reason: str = ""
+
+    def __repr__(self) -> str:
+        verdict = "passes" if self.passes else "FAILS"
+        return (f"ParityResult({verdict}: max |Δloss| = {self.max_abs_diff}, band = {self.band}, "
+                f"spread = {self.spread}{', ' + self.reason if self.reason else ''})")
+
+
+def _losses(result) -> dict:
+    s = result.series
+    return {st: lo for st, lo in zip(s.get("step") or [], s.get("loss") or []) if lo is not None}
+
+
+def _max_diff(a: dict, b: dict) -> float | None:
+    common = sorted(set(a) & set(b))
+    return max(abs(a[s] - b[s]) for s in common) if common else None
+
+
+def parity(cfg, reference_cfg=None, mode: str = "auto", repeats: int = 2, store=None,
+           factor: float = PARITY_FACTOR, floor: float = PARITY_FLOOR, **run_kw) -> ParityResult:
+    """Run (or read) the single-GPU reference `repeats` times and the layout once; compare losses.
+
+    Both need init="layout_invariant" (the default) so the weights start identical. All runs are
+    recorded with the tag "parity".
+    """
+    import pandas as pd
+
+    from megalab.results import run
+
+    ref_cfg = reference_cfg or reference_of(cfg)
+    refs, seen = [], []
+    for i in range(max(1, repeats)):
+        r = run(ref_cfg, mode=mode, tags=["parity", "reference"], store=store, exclude=seen, **run_kw)
+        refs.append(r)
+        seen.append(r.record.get("id"))
+    lay = run(cfg, mode=mode, tags=["parity", "layout"], store=store, **run_kw)
+    curves = [_losses(r) for r in refs]
+    frame = pd.DataFrame({"step": sorted(set().union(*curves, _losses(lay)))})
+    for i, c in enumerate(curves):
+        frame["reference" if i == 0 else f"reference_{i + 1}"] = frame["step"].map(c)
+    frame["layout"] = frame["step"].map(_losses(lay))
+    frame["abs_diff"] = (frame["layout"] - frame["reference"]).abs()
+    failed = [r for r in [*refs, lay] if not r.ok]
+    if failed:
+        return ParityResult(False, None, None, None, frame, refs, lay,
+                            reason=f"{failed[0].label} ended with status {failed[0].status}")
+    diffs = [d for c in curves[1:] if (d := _max_diff(curves[0], c)) is not None]
+    spread = max(diffs) if diffs else None
+    band = max(factor * (spread or 0.0), floor)
+    worst = _max_diff(curves[0], _losses(lay))
+    if worst is None:
+        return ParityResult(False, None, band, spread, frame, refs, lay, reason="no common steps to compare")
+    return ParityResult(worst <= band, worst, band, spread, frame, refs, lay)

@@ -1,0 +1,75 @@
+"""Run a plan of `megalab run` jobs on this host's GPUs, several at once on disjoint GPUs.
+
+    python3 tools/gpu/pack.py tools/gpu/plans/smoke.txt [--gpus 4] [--timeout 300] [--serial]
+
+A plan file has one job per line: `<tag> <megalab run flags>` (blank lines and # comments skipped).
+Each job asks for cfg.gpus GPUs; jobs are started greedily, each with its own CUDA_VISIBLE_DEVICES,
+so four 1-GPU jobs or two 2-GPU jobs share the host. Records get the plan's tag plus "packed" when the
+job shared the host with another one: timings that a chapter quotes come from `--serial` plans.
+Every outcome (ok, oom, failed, ...) is a record; the pack never stops on a failed job.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+import time
+
+
+def _jobs(path):
+    for line in open(path):
+        line = line.split("#", 1)[0].strip()
+        if line:
+            tag, *flags = shlex.split(line)
+            gpus = 1
+            if "--gpus" in flags:
+                gpus = int(flags[flags.index("--gpus") + 1])
+            yield tag, gpus, flags
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("plan")
+    p.add_argument("--gpus", type=int, default=4)
+    p.add_argument("--timeout", type=int, default=300)
+    p.add_argument("--serial", action="store_true", help="one job at a time (for timings)")
+    args = p.parse_args(argv)
+    todo = list(_jobs(args.plan))
+    free = list(range(args.gpus))
+    running: list[tuple[subprocess.Popen, list[int], str, float]] = []
+    start = time.time()
+    while todo or running:
+        for job in list(todo):
+            tag, gpus, flags = job
+            if gpus > args.gpus:
+                print(f"SKIP {tag}: needs {gpus} GPUs", flush=True)
+                todo.remove(job)
+                continue
+            if len(free) >= gpus and (not args.serial or not running):
+                mine, free = free[:gpus], free[gpus:]
+                packed = not args.serial
+                tags = ["--tag", tag] + (["--tag", "packed"] if packed else [])
+                cmd = [sys.executable, "-m", "megalab", "run", *flags, "--mode", "live",
+                       "--timeout", str(args.timeout), *tags]
+                env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(map(str, mine))}
+                log = open(f"/tmp/pack-{len(running)}-{int(time.time()*1000)}.log", "w")
+                proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+                running.append((proc, mine, " ".join(flags), time.time()))
+                todo.remove(job)
+                print(f"[{time.time()-start:6.1f}s] start {tag} on GPUs {mine}: {' '.join(flags)}", flush=True)
+        time.sleep(0.5)
+        for item in list(running):
+            proc, mine, what, t0 = item
+            if proc.poll() is not None:
+                running.remove(item)
+                free = sorted(free + mine)
+                print(f"[{time.time()-start:6.1f}s] done rc={proc.returncode} in {time.time()-t0:.0f}s: {what}",
+                      flush=True)
+    print(f"plan {args.plan} finished in {time.time()-start:.0f}s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Set up .venv for megalab on this machine. Idempotent: a second call only checks.
+#  - reuses an installed torch (the venv sees the system site-packages);
+#  - never pulls CUDA wheels onto a machine without an NVIDIA GPU: without torch it installs a CPU build
+#    (TORCH_SPEC, default torch==2.13.0, from the PyTorch CPU index when that index is reachable);
+#  - installs megalab in editable mode with its notebook/book stack and test tools.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv --system-site-packages .venv
+. .venv/bin/activate
+stamp=.venv/.megalab-setup
+if [ -f "$stamp" ] && [ "$stamp" -nt pyproject.toml ] && python -c "import megalab, torch, megatron.core" 2>/dev/null; then
+  exit 0
+fi
+python -m pip install -q --upgrade pip
+if ! python -c "import torch" 2>/dev/null; then
+  if nvidia-smi -L >/dev/null 2>&1; then
+    python -m pip install -q "${TORCH_SPEC:-torch}"
+  elif curl -fsI --max-time 5 https://download.pytorch.org/whl/cpu/ >/dev/null 2>&1; then
+    python -m pip install -q "${TORCH_SPEC:-torch==2.13.0}" --index-url https://download.pytorch.org/whl/cpu \
+      --extra-index-url https://pypi.org/simple
+  else
+    python -m pip install -q "${TORCH_SPEC:-torch==2.13.0}"
+  fi
+fi
+python -m pip install -q -e ".[test]"
+python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (megalab)" >/dev/null
+touch "$stamp"
+python -c "import torch, megatron.core as m; print('megalab set up: torch', torch.__version__, '| megatron-core', m.__version__)"
