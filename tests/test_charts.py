@@ -93,3 +93,11 @@ def test_renderer_emits_html_without_plotlyjs_and_the_mime_type():
     assert "application/vnd.plotly.v1+json" in bundle
     html = bundle["text/html"]
     assert "Plotly.newPlot" in html and "plotly.js v" not in html and len(html) < 50_000
+
+
+def test_roofline_ridge_point():
+    fig = charts.roofline(989.0, 4.8)
+    y = list(fig.data[0].y)
+    assert max(y) == 989.0 and min(y) < 989.0
+    assert fig.layout.shapes[0].x0 == pytest.approx(989.0 / 4.8)
+    assert fig.layout.xaxis.type == "log"

@@ -148,7 +148,7 @@ def load(kind: str | None = None, store=None):
     """Bench records as a DataFrame (one row per point); ``kind`` filters on matmul / hbm / nccl."""
     import pandas as pd
     from megalab import results
-    recs = (store or results.Store()).load_bench()
+    recs = (store or results.Store()).load("bench")
     df = pd.DataFrame(recs)
     if df.empty:
         raise results.NotRecorded("No benchmark is recorded: run `megalab bench --gpus 4` on a GPU host.")
@@ -176,7 +176,7 @@ def main(argv=None) -> int:
         from megalab import results
         store = results.Store()
         for rec in _record(rows):
-            store.append_bench(rec)
+            store.append(rec)
         for r in rows:
             what = r.get("op") or r["dtype"]
             val = r.get("tflops") or r.get("gbs") or r.get("busbw_gbs")

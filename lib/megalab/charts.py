@@ -76,7 +76,8 @@ def memory_breakdown(pred: dict, measured: dict | None = None, capacity_gib: flo
 
 def step_time_breakdown(parts_by_label: dict[str, dict], title: str = "Step time") -> go.Figure:
     """Horizontal stacked bars, one per label, of {compute_s, bubble_s, comm_s} (seconds)."""
-    fig = _figure(title, barmode="stack", xaxis_title="seconds per step", yaxis_title="")
+    fig = _figure(title, barmode="stack", xaxis_title="seconds per step", yaxis_title="",
+                  yaxis_automargin=True)
     labels = list(parts_by_label)
     for i, part in enumerate(("compute_s", "bubble_s", "comm_s")):
         fig.add_bar(y=labels, x=[parts_by_label[k].get(part, 0.0) for k in labels], orientation="h",
@@ -219,4 +220,23 @@ def bandwidth_vs_size(df, y: str = "busbw_gbs", title: str = "NCCL bus bandwidth
     fig.update_xaxes(type="log")
     fig.update_yaxes(type="log")
     fig.update_yaxes(title_text=f"{y} (GB/s)" if y.endswith("_gbs") else y, col=1)
+    return fig
+
+
+def roofline(peak_tflops: float, bw_tbs: float, title: str = "Roofline") -> go.Figure:
+    """The roofline model: attainable TFLOP/s = min(peak, intensity × memory bandwidth), log-log,
+    with the ridge point (peak / bandwidth FLOP per byte) marked."""
+    ridge = peak_tflops / bw_tbs
+    xs = [ridge / 100 * 10 ** (i / 20) for i in range(81)]
+    fig = _figure(title, xaxis_title="arithmetic intensity (FLOP per byte of HBM traffic)",
+                  yaxis_title="attainable TFLOP/s", xaxis_type="log", yaxis_type="log")
+    fig.add_scatter(x=xs, y=[min(peak_tflops, x * bw_tbs) for x in xs], mode="lines", name="roofline",
+                    line=dict(color=PALETTE[0], width=3))
+    fig.add_vline(x=ridge, line_dash="dot", line_color="gray")
+    fig.add_annotation(x=math.log10(ridge), y=math.log10(peak_tflops), text=f"ridge {ridge:.0f} FLOP/B",
+                       showarrow=True, arrowhead=2, ax=50, ay=40)
+    fig.add_annotation(x=math.log10(xs[8]), y=math.log10(xs[8] * bw_tbs), text="memory-bound",
+                       showarrow=False, yshift=20, textangle=-30)
+    fig.add_annotation(x=math.log10(xs[-10]), y=math.log10(peak_tflops), text="compute-bound",
+                       showarrow=False, yshift=12)
     return fig

@@ -22,6 +22,8 @@ MODES = ("live", "cached", "auto")
 
 
 def _fmt(v) -> str:
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10_000:
+        return f"{v:,}"
     if isinstance(v, float):
         return f"{v:.4g}"
     if isinstance(v, (list, tuple)):
@@ -66,14 +68,7 @@ def cmd_plan(ns) -> int:
 def cmd_run(ns) -> int:
     cfg = _config(ns)
     if ns.dry_run:
-        from megalab.launch import launch
-        outcome = launch(cfg, timeout_s=ns.timeout, progress=False, dry_run=True, echo=not ns.json)
-        if ns.json:
-            print(_json({"status": outcome.status, "error": outcome.error, "run_dir": str(outcome.run_dir),
-                         "budget": outcome.parsed.budget}))
-        elif not outcome.ok:
-            print(f"dry run {outcome.status}: {(outcome.error or {}).get('message')}", file=sys.stderr)
-        return EXIT_OK if outcome.ok else EXIT_RUN_FAILED
+        return _dry_run(cfg, ns)
     from megalab.results import run
     result = run(cfg, mode=ns.mode, tags=ns.tag, timeout_s=ns.timeout, progress=not ns.json, quiet=ns.json)
     if ns.json:
@@ -85,6 +80,32 @@ def cmd_run(ns) -> int:
         shown["run_dir"] = result.record.get("run_dir")
         print(_table(shown))
     return EXIT_OK if result.ok else EXIT_RUN_FAILED
+
+
+def _dry_run(cfg, ns) -> int:
+    """The trainer with --dry-run on CPU (gloo): model shards built, parameters counted per rank."""
+    from megalab.launch import launch
+    outcome = launch(cfg, timeout_s=ns.timeout, progress=False, dry_run=True)
+    parsed = outcome.parsed
+    if ns.json:
+        print(_json({"status": outcome.status, "error": outcome.error, "run_dir": str(outcome.run_dir),
+                     "budget": parsed.budget, "params": parsed.params}))
+    elif outcome.ok:
+        print(f"{cfg.label}: dry run on CPU (gloo), {len(parsed.params)} rank(s)")
+        print(f"{'rank':>4} {'tp':>3} {'pp':>3} {'ep':>3} {'params':>15}  init_checksum")
+        for p in sorted(parsed.params, key=lambda p: p.get("rank", 0)):
+            print(f"{p.get('rank', '?'):>4} {p.get('tp_rank', '?'):>3} {p.get('pp_rank', '?'):>3} "
+                  f"{p.get('ep_rank', '?'):>3} {p.get('params', 0):>15,}  {p.get('init_checksum')}")
+        if parsed.budget:
+            b = parsed.budget
+            print(f"layout {b.get('layout')}, {b.get('params_total', 0):,} parameters in total, "
+                  f"predicted memory {_fmt(b.get('predicted_mem_gib'))} GiB per GPU")
+        print(f"log: {outcome.run_dir / 'log.txt'}")
+    else:
+        print(f"dry run {outcome.status}: {(outcome.error or {}).get('message')}", file=sys.stderr)
+        print((outcome.error or {}).get("detail") or "", file=sys.stderr)
+        print(f"log: {outcome.run_dir / 'log.txt'}", file=sys.stderr)
+    return EXIT_OK if outcome.ok else EXIT_RUN_FAILED
 
 
 _RESULT_COLUMNS = ["label", "status", "step_time_s", "tflops_per_gpu", "mfu", "mem_reserved_peak_gib",
@@ -150,13 +171,13 @@ def cmd_prepare_data(ns) -> int:
     from megalab.data import prepare_data
     out = prepare_data(ns.input, ns.output_prefix, tokenizer=ns.tokenizer)
     if out is not None:
-        print(out)
+        print(_json(out))
     return EXIT_OK
 
 
 def cmd_reproduce(ns) -> int:
     from megalab.reproduce import reproduce
-    return int(reproduce(ns.chapters, ns.mode, ns.gpus, ns.force) or 0)
+    return int(reproduce(ns.chapters or None, ns.mode, ns.gpus, ns.force) or 0)
 
 
 def cmd_bench(ns) -> int:
@@ -230,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = cmd("reproduce", cmd_reproduce, "re-run the book's chapters")
     s.add_argument("chapters", nargs="*", help="chapter names (default: all)")
-    s.add_argument("--mode", choices=MODES, default="auto")
+    s.add_argument("--mode", choices=MODES, default="cached", help="cached (default) | auto | live")
     s.add_argument("--gpus", type=int, help="GPUs available for live runs")
     s.add_argument("--force", action="store_true", help="re-run even if recorded")
 
@@ -245,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     from megalab.launch import NotEnoughGPUs
     from megalab.results import NotRecorded
 
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:  # its flags belong to megalab.bench (argparse REMAINDER drops leading flags)
+        return cmd_bench(argparse.Namespace(args=argv[1:]))
     parser = build_parser()
     try:
         ns = parser.parse_args(argv)

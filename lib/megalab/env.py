@@ -104,6 +104,14 @@ def _torch_info() -> tuple[int | None, str | None]:
     return torch.cuda.device_count(), torch.version.cuda
 
 
+def local_gpus() -> tuple[str | None, int]:
+    """(GPU model name, number of visible GPUs) of this machine, without creating a CUDA context."""
+    count = _torch_info()[0] or 0
+    rows = parse_gpu_query(_smi("--query-gpu=name,memory.total,driver_version",
+                                "--format=csv,noheader,nounits")) if count else []
+    return (rows[0]["name"] if rows else None), count
+
+
 def fingerprint() -> dict:
     """Hardware and software this process runs on; GPU fields are None without a GPU."""
     gpus = parse_gpu_query(_smi("--query-gpu=name,memory.total,driver_version",

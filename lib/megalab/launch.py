@@ -20,10 +20,11 @@ import signal
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterable
 
 from megalab import metrics
 
@@ -96,13 +97,9 @@ def child_env(env: dict | None = None) -> dict:
 
 def check(cfg, nproc: int | None = None) -> None:
     """Raise InvalidLayout or NotEnoughGPUs if this configuration cannot start on this machine."""
-    te = importlib.util.find_spec("transformer_engine") is not None
-    cfg.validate(te_available=te)
-    try:
-        import torch
-        have = torch.cuda.device_count()  # no CUDA context is created
-    except ImportError:
-        have = 0
+    from megalab.env import local_gpus
+    gpu_name, have = local_gpus()  # no CUDA context is created in this process
+    cfg.validate(te_available=importlib.util.find_spec("transformer_engine") is not None, gpu_name=gpu_name)
     need = cfg.gpus if nproc is None else nproc
     if need > have:
         raise NotEnoughGPUs(f"{cfg.label} needs {need} GPU(s) on this machine, which has {have}: "
@@ -198,8 +195,9 @@ def launch(cfg, runs_root=None, timeout_s: float = DEFAULT_TIMEOUT_S, progress: 
     timed_out = threading.Event()
     with open(run_dir / "log.txt", "w", encoding="utf-8") as log, \
             open(run_dir / "metrics.jsonl", "w", encoding="utf-8") as mfile:
+        child = {**child_env(env), "MEGALAB_LAUNCH_T": repr(time.time())}  # the trainer's startup_s starts here
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=child_env(env), start_new_session=True)
+                                env=child, start_new_session=True)
 
         def on_timeout():
             timed_out.set()

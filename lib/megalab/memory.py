@@ -79,7 +79,7 @@ def _activations(cfg, stage: int, attention: str | None) -> float:
     if stage == 0:  # Megatron: token ids (int64) + embedding dropout mask, per micro-batch in flight
         total += (8 * s * b + s * b * cfg.hidden / sp) * held / (cfg.layers / cfg.pp)
     if stage == cfg.pp - 1:  # fp32 logits over the vocab shard + final norm output, one micro-batch
-        total += 4 * s * b * cfg.padded_vocab / t + 4 * s * b * cfg.hidden / sp
+        total += 4 * s * b * cfg.vocab / t + 4 * s * b * cfg.hidden / sp
     return total
 
 

@@ -19,6 +19,11 @@ summary  same rank, once, at the end:
     {"kind": "summary", "steps": N, "startup_s": float (launch to the end of the first step),
      "mem_allocated_peak_gib_per_rank": [..], "mem_reserved_peak_gib_per_rank": [..],
      "env": {megalab.env.fingerprint()}}
+error    any rank, when it stops on a known failure (the trainer then exits non-zero):
+    {"kind": "error", "status": "invalid" | "oom", "rank": int, "message": str}
+params   every rank, --dry-run only (CPU, gloo: shards are built, nothing is trained):
+    {"kind": "params", "rank": int, "tp_rank": int, "pp_rank": int, "ep_rank": int, "params": int,
+     "init_checksum": float | None}
 
 Warm-up policy (declared here only): the first WARMUP_STEPS steps pay for CUDA context creation,
 NCCL communicator set-up, allocator growth and autotuning, so they are dropped and the median of
@@ -35,10 +40,10 @@ import json
 import math
 import re
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
-KINDS = ("budget", "step", "summary")
+KINDS = ("budget", "step", "summary", "error", "params")
 WARMUP_STEPS = 3
 MEDIAN_FIELDS = ("step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu")
 PEAK_FIELDS = ("mem_allocated_peak_gib", "mem_reserved_peak_gib")
@@ -63,11 +68,13 @@ def parse_line(text: str) -> dict | None:
 
 @dataclass
 class Parsed:
-    """The metrics lines of one run: the budget, the steps (in step order) and the summary."""
+    """The metrics lines of one run: budget, steps (in step order), summary, errors, params (dry run)."""
 
     budget: dict | None = None
     steps: list[dict] = field(default_factory=list)
     summary: dict | None = None
+    errors: list[dict] = field(default_factory=list)
+    params: list[dict] = field(default_factory=list)
 
 
 def parse_log(log: str | Iterable[str]) -> Parsed:
@@ -88,6 +95,10 @@ def parse_log(log: str | Iterable[str]) -> Parsed:
             out.budget = obj
         elif obj["kind"] == "summary":
             out.summary = obj
+        elif obj["kind"] == "error":
+            out.errors.append(obj)
+        elif obj["kind"] == "params":
+            out.params.append(obj)
     out.steps.sort(key=lambda s: (s.get("step") is None, s.get("step") or 0))
     return out
 
@@ -174,6 +185,25 @@ def _continuation(raw: list[str], i: int) -> list[str]:
     return out
 
 
+def _oom_message(rank, text: str) -> tuple[str, float | None]:
+    m = _ALLOC.search(text)
+    where = f" on rank {rank}" if rank is not None else ""
+    what = f" (tried to allocate {m.group(1)} {m.group(2)})" if m else ""
+    return f"CUDA out of memory{where}{what}", (round(float(m.group(1)) * _UNITS[m.group(2)], 3) if m else None)
+
+
+def _reported(e: dict) -> dict:
+    """The error dict for a structured {"kind": "error"} line of the trainer."""
+    text = str(e.get("message") or "")
+    rank = e.get("rank")
+    if e.get("status") == "oom":
+        if rank is None and (m := _GPU.search(text)):
+            rank = int(m.group(1))
+        message, alloc = _oom_message(rank, text)
+        return {"message": message, "rank": rank, "alloc_gib": alloc, "detail": text}
+    return {"message": text.splitlines()[0] if text else e.get("status"), "rank": rank, "detail": text}
+
+
 def classify_failure(log_text: str, returncode: int | None, timed_out: bool = False
                      ) -> tuple[str, dict | None]:
     """(status, error) for a finished run; ("ok", None) when it exited 0 in time.
@@ -185,6 +215,11 @@ def classify_failure(log_text: str, returncode: int | None, timed_out: bool = Fa
     if returncode == 0 and not timed_out:
         return "ok", None
     raw = log_text.splitlines()
+    errors = [e for e in (parse_line(ln) for ln in raw) if e and e["kind"] == "error"]
+    for status in ("invalid", "oom"):  # the trainer said what went wrong: trust it over the text
+        if (e := next((e for e in errors if e.get("status") == status), None)) is not None:
+            return status, _reported(e)
+    raw = [ln for ln in raw if parse_line(ln) is None]
     lines = [_split(ln)[1] for ln in raw]
     if (i := _first(_INVALID, lines)) is not None:
         message = _INVALID.search(lines[i]).group(1).strip() or "invalid layout"
@@ -192,13 +227,9 @@ def classify_failure(log_text: str, returncode: int | None, timed_out: bool = Fa
                            "detail": "\n".join([message, *_continuation(raw, i)])}
     if (i := _first(_OOM, lines)) is not None:
         line = lines[i].strip()
-        m = _ALLOC.search(line)
-        alloc = round(float(m.group(1)) * _UNITS[m.group(2)], 3) if m else None
         rank = _rank(raw[i], line, _GPU)
-        where = f" on rank {rank}" if rank is not None else ""
-        what = f" (tried to allocate {m.group(1)} {m.group(2)})" if m else ""
-        return "oom", {"message": f"CUDA out of memory{where}{what}", "rank": rank, "alloc_gib": alloc,
-                       "detail": _tail(lines, i)}
+        message, alloc = _oom_message(rank, line)
+        return "oom", {"message": message, "rank": rank, "alloc_gib": alloc, "detail": _tail(lines, i)}
     if (i := _first(_NCCL, lines)) is not None:
         line = lines[i].strip()
         return "nccl_error", {"message": _GLOG.sub("", line)[:300], "rank": _rank(raw[i], line, _RANK_WORD),

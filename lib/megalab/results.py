@@ -9,7 +9,7 @@ Safety rules, because runs are killed, crash and run side by side:
 - if the file does not end in "\\n" (a writer was killed mid-line) a "\\n" is written first, so the
   torn fragment stays alone on its line; lines are never rewritten, files never truncated;
 - each record goes out as one `os.write` of its full bytes, then `fsync`;
-- readers skip torn or invalid lines and warn once with file:line;
+- readers take a shared lock on the same file, skip torn or invalid lines and warn once with file:line;
 - `import_records` merges another store's file and skips ids already present.
 
 `run(cfg, mode)` (exported as `megalab.run`) answers "what does this layout do?": live (launch it
@@ -27,10 +27,11 @@ import os
 import shlex
 import uuid
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 SCHEMA = 1
 RUNS, BENCH = "runs.jsonl", "bench.jsonl"
@@ -99,10 +100,10 @@ class Store:
 
     def _write(self, path: Path, records: list[dict], skip_known_ids: bool = False) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path.with_name(path.name + ".lock"), "a") as lock:
+        with open(_lock_path(path), "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process dies
             if skip_known_ids:
-                known = {r.get("id") for r in _read(path, warn=False)}
+                known = {r.get("id") for r in _read(path, warn=False)}  # lock=False: we hold it
                 fresh = []
                 for r in records:
                     if r["id"] not in known:
@@ -143,7 +144,7 @@ class Store:
     # reading
     def load(self, kind: str = "run", **filters) -> list[dict]:
         """Records in file order that match every filter (see `matches`)."""
-        return [r for r in _read(self.path(kind)) if matches(r, **filters)]
+        return [r for r in _read(self.path(kind), lock=True) if matches(r, **filters)]
 
     def find(self, cfg_or_key, gpu_name: str | None = None, status: str | None = None,
              exclude: Iterable[str] = ()) -> list[dict]:
@@ -160,9 +161,27 @@ def _same_gpu(a: str | None, b: str | None) -> bool:
     return bool(a) and bool(b) and a.strip().casefold() == b.strip().casefold()
 
 
-def _read(path: Path, warn: bool = True) -> list[dict]:
+def _lock_path(path: Path) -> Path:
+    return path.with_name(path.name + ".lock")
+
+
+def _read_locked(path: Path) -> bytes:
+    """The file's bytes under a shared lock, so a reader never sees half of a record being appended
+    (reads of a regular file are not atomic against a concurrent write). Lock-free if read-only."""
+    if not path.exists():
+        raise FileNotFoundError(path)
     try:
-        data = path.read_bytes()
+        lock = open(_lock_path(path), "a")
+    except OSError:  # a read-only store (e.g. a packaged copy): nobody appends to it
+        return path.read_bytes()
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_SH)
+        return path.read_bytes()
+
+
+def _read(path: Path, warn: bool = True, lock: bool = False) -> list[dict]:
+    try:
+        data = _read_locked(path) if lock else path.read_bytes()
     except FileNotFoundError:
         return []
     out, bad = [], []
@@ -236,10 +255,20 @@ _LEAD = ("label", "key", "status", "model", "gpus", "tp", "pp", "vpp", "cp", "ep
          "mbs", "gbs", "seq", "num_microbatches")
 
 
+def _flatten(d: dict, prefix: str) -> list[tuple[str, Any]]:
+    out = []
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out += _flatten(v, f"{prefix}{k}_")
+        elif not isinstance(v, list):
+            out.append((f"{prefix}{k}", v))
+    return out
+
+
 def to_frame(records: Iterable[dict]):
     """A pandas DataFrame, one row per record, flat columns: label, key, status, the config fields
     (model = config name, dp and num_microbatches derived), summary fields, gpu_name/gpu_count,
-    predicted_<name> for the theory numbers, error, tags, recorded_at, id."""
+    predicted_<name> for the theory numbers (nested: predicted_memory_gib_total), error, tags, recorded_at, id."""
     import pandas as pd  # lazy: pandas is slow to import
 
     rows = []
@@ -258,9 +287,8 @@ def to_frame(records: Iterable[dict]):
             row[name] = summary.get(name)
         env = r.get("env") or {}
         row["gpu_name"], row["gpu_count"] = env.get("gpu_name"), env.get("gpu_count")
-        for name, value in (r.get("predicted") or {}).items():
-            if not isinstance(value, (dict, list)):
-                row[f"predicted_{name}"] = value
+        for name, value in _flatten(r.get("predicted") or {}, "predicted_"):
+            row[name] = value
         row["error"] = (r.get("error") or {}).get("message")
         row["tags"] = list(r.get("tags") or [])
         row["recorded_at"], row["id"] = r.get("recorded_at"), r.get("id")
@@ -343,7 +371,8 @@ class Result:
         when = (self.record.get("recorded_at") or "")[:10]
         src = {"live": f"measured now on {where}", "cached": f"recorded on {where} ({when})",
                "reference": f"reference result recorded on {where} ({when}), not measured here"}
-        return f"[megalab] {self.label}: {self.status}, {src.get(self.source, self.source)}"
+        why = f" ({(self.error or {}).get('message')})" if self.error else ""
+        return f"[megalab] {self.label}: {self.status}{why}, {src.get(self.source, self.source)}"
 
     def __repr__(self) -> str:
         s = self.summary
@@ -368,16 +397,8 @@ def _local_hardware() -> tuple[str | None, int, bool]:
     """(gpu name, visible GPU count, Transformer Engine importable), without creating a CUDA context."""
     import importlib.util
 
-    from megalab.env import _smi, parse_gpu_query
-    try:
-        import torch
-        count = torch.cuda.device_count()
-    except ImportError:
-        count = 0
-    rows = parse_gpu_query(_smi("--query-gpu=name,memory.total,driver_version",
-                                "--format=csv,noheader,nounits")) if count else []
-    te = importlib.util.find_spec("transformer_engine") is not None
-    return (rows[0]["name"] if rows else None), count, te
+    from megalab.env import local_gpus
+    return (*local_gpus(), importlib.util.find_spec("transformer_engine") is not None)
 
 
 def _predict(cfg, gpu_name: str | None) -> dict:
@@ -386,7 +407,7 @@ def _predict(cfg, gpu_name: str | None) -> dict:
         plan = theory.plan(cfg, gpu_name or "H200")
     except Exception:  # prediction is decoration: a missing or failing model must not lose a run
         return {}
-    return {k: v for k, v in plan.items() if isinstance(v, (int, float, str, bool, type(None)))}
+    return json.loads(json.dumps(_clean(plan), default=str))  # plain JSON: numbers, strings, dicts
 
 
 def _live(cfg, store: Store, tags, timeout_s, progress) -> Result:
@@ -416,7 +437,7 @@ def select(cfg, mode: str, store: Store, gpu_name: str | None, gpus: int, te: bo
     here = [r for r in records if _same_gpu((r.get("env") or {}).get("gpu_name"), gpu_name)]
     if here:
         return "cached", here[0]
-    if gpus >= cfg.gpus and not cfg.problems(gpus_available=gpus, te_available=te):
+    if gpus >= cfg.gpus and not cfg.problems(gpus_available=gpus, te_available=te, gpu_name=gpu_name):
         return "live", None
     if records:
         return "reference", records[0]

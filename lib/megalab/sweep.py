@@ -148,7 +148,7 @@ def parity(cfg, reference_cfg=None, mode: str = "auto", repeats: int = 2, store=
 
     ref_cfg = reference_cfg or reference_of(cfg)
     refs, seen = [], []
-    for i in range(max(1, repeats)):
+    for _ in range(max(1, repeats)):
         r = run(ref_cfg, mode=mode, tags=["parity", "reference"], store=store, exclude=seen, **run_kw)
         refs.append(r)
         seen.append(r.record.get("id"))

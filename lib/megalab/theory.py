@@ -13,7 +13,14 @@ from __future__ import annotations
 
 from megalab.comm import comm_bytes_per_step, comm_time_s
 from megalab.hardware import GpuSpec, gpu_spec
-from megalab.memory import activation_bytes_per_layer, memory, zero_memory
+from megalab.memory import activation_bytes_per_layer, attention_kind, layers_in_flight, memory, zero_memory
+
+__all__ = [
+    "has_bias", "layout", "params", "params_per_stage", "params_per_rank",
+    "flops_per_step", "model_flops", "hardware_flops", "tflops_per_gpu", "mfu", "bubble_fraction",
+    "memory", "activation_bytes_per_layer", "attention_kind", "layers_in_flight", "zero_memory",
+    "comm_bytes_per_step", "comm_time_s", "step_time_estimate", "plan",
+]
 
 
 # -- shapes -----------------------------------------------------------------------------------------
@@ -24,6 +31,12 @@ def has_bias(cfg) -> bool:
     `add_bias_linear=theory.has_bias(cfg)` so that counts here and there agree.
     """
     return cfg.norm == "LayerNorm"
+
+
+# Vocabulary: cfg.vocab exactly as the trainer builds it. Megatron-LM's tokenizer set-up
+# (_vocab_size_with_padding) would pad it to a multiple of 128·tp, which makes the model depend on
+# the layout; our presets store vocabularies already padded to 128, and the trainer only needs
+# vocab % tp == 0, so every layout trains the same model.
 
 
 def layout(cfg) -> str:
@@ -65,7 +78,7 @@ def _layer(cfg, tp: int = 1, ep: int = 1, etp: int = 1) -> dict:
 
 
 def params(cfg) -> dict:
-    """Parameter count of the whole model (unique parameters; padded vocab), by part.
+    """Parameter count of the whole model (unique parameters), by part.
 
     Per layer: attention h·kv(a+2g) + kv·a·h (= 4h² for MHA), MLP (1+glu)·h·ffn, MoE
     experts·(1+glu)·h·moe_ffn + router experts·h, two norms; plus word embeddings V·h,
@@ -73,7 +86,7 @@ def params(cfg) -> dict:
     embeddings that Megatron keeps on the last pipeline stage is not counted here (see
     `params_per_rank`). `active` counts topk experts instead of all (MoE FLOPs scale with it).
     """
-    h, L, V = cfg.hidden, cfg.layers, cfg.padded_vocab
+    h, L, V = cfg.hidden, cfg.layers, cfg.vocab
     lay = _layer(cfg)
     out = {
         "embedding": V * h,
@@ -95,7 +108,7 @@ def _stage(cfg, stage: int) -> tuple[int, int]:
     lay = _layer(cfg, cfg.tp, cfg.ep, cfg.etp)
     n = cfg.layers // cfg.pp
     dense, expert = n * (lay["norms"] + lay["attention"] + lay["mlp"]), n * lay["experts"]
-    emb = cfg.padded_vocab // cfg.tp * cfg.hidden  # MC VocabParallelEmbedding: rows split over TP
+    emb = cfg.vocab // cfg.tp * cfg.hidden  # MC VocabParallelEmbedding: rows split over TP
     if stage == 0:  # pre_process: word (+ learned position, replicated) embeddings
         dense += emb + (cfg.seq * cfg.hidden if cfg.position == "learned" else 0)
     if stage == cfg.pp - 1:  # post_process: final norm + output layer
@@ -146,7 +159,7 @@ def flops_per_step(cfg, recompute: str | None = None, causal: bool = True) -> fl
         mlp = 2 * (1 + glu) * h * cfg.ffn_size
     layer = 2 * h * kv * (a + 2 * g) + 2 * q * h + core + mlp
     tokens = cfg.gbs * s
-    total = tokens * 3 * (cfg.layers * layer + 2 * h * cfg.padded_vocab)
+    total = tokens * 3 * (cfg.layers * layer + 2 * h * cfg.vocab)
     if recompute == "full":
         total += tokens * cfg.layers * layer
     elif recompute == "selective":

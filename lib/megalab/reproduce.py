@@ -1,0 +1,237 @@
+"""Execute the book's notebooks into `_build/executed/`, and let Jupyter Book render those copies.
+
+    megalab reproduce --mode cached          # every notebook, from the recorded results (no GPU)
+    megalab reproduce 00 --mode live --gpus 4  # one chapter, measured on this machine
+    jupyter-book build . -W                  # renders the executed copies; never executes anything
+    python tools/check_html.py _build/html   # every figure drawn in a real (offline) browser
+
+Layout. The notebooks under `book/` stay output-free in git. papermill runs each one (in `_toc.yml`
+order) with the injected parameters and writes `_build/executed/book/<chapter>/<name>.ipynb`. The book
+is built from the repository root with `execute_notebooks: "off"`; this module is also a Sphinx
+extension (listed in `_config.yml`): when Sphinx reads `book/X.ipynb` it substitutes the text of
+`_build/executed/book/X.ipynb` and records it as a dependency, so the page shows the executed outputs
+and is rebuilt when the executed copy changes. A notebook with no executed copy is a warning (an
+error under -W) telling you to run `megalab reproduce`. The same extension loads plotly.js once per
+page from the installed plotly package, so the HTML works offline (see `megalab.charts`).
+
+Modes. `cached` runs the notebooks with mode="cached" (recorded results only). `live` runs them
+with mode="auto": a configuration already recorded on this GPU model is read back, anything else runs
+on this machine's GPUs (or falls back to the reference record when it does not fit); with `force`
+they run with mode="live", which measures everything again. `auto` is passed through as is.
+`gpus`, when given, is injected as the notebooks' `gpus` parameter.
+
+Resuming. A notebook is skipped when its executed copy is newer than the source notebook, the
+results store (`results/*.jsonl`) and the library, and was made with the same parameters; `force`
+re-executes it. Kernel: papermill starts `python3` from a kernelspec written under `_build/kernels`
+that points at this interpreter (`sys.executable`), whatever other `python3` kernels are installed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+OUT_DIR = "_build/executed"
+KERNEL = "python3"
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
+MODES = {"cached": "cached", "auto": "auto", "live": "auto"}   # reproduce mode -> notebook mode
+
+
+class NoExecutedCopy(UserWarning):
+    """A book notebook has no executed copy: run `megalab reproduce` before `jupyter-book build`."""
+
+
+# -- which notebooks ----------------------------------------------------------------------------
+def _root(root=None) -> Path:
+    if root is not None:
+        return Path(root)
+    from megalab.env import repo_root
+    return repo_root() or Path.cwd()
+
+
+def _toc_files(toc: dict) -> list[str]:
+    out = [toc["root"]] if "root" in toc else []
+    for key in ("parts", "chapters", "sections"):
+        for entry in toc.get(key, []):
+            if "file" in entry:
+                out.append(entry["file"])
+            out += _toc_files({k: v for k, v in entry.items() if k != "file"})
+    return out
+
+
+def notebooks(chapters=None, root=None) -> list[Path]:
+    """The book's notebooks in `_toc.yml` order, relative to the repository root. `chapters` picks
+    some by name: "00", "00_know_your_machine", "planner" or a path."""
+    import yaml
+    base = _root(root)
+    toc = yaml.safe_load((base / "_toc.yml").read_text())
+    found = [Path(f).with_suffix(".ipynb") for f in _toc_files(toc)]
+    found = [p for p in found if (base / p).exists()]
+    if not chapters:
+        return found
+    picked = [p for p in found if any(_matches(p, c) for c in chapters)]
+    unknown = [c for c in chapters if not any(_matches(p, c) for p in found)]
+    if unknown:
+        names = ", ".join(p.parent.name if p.parent.name != "book" else p.stem for p in found)
+        raise ValueError(f"no chapter matches {', '.join(unknown)}: pick from {names}")
+    return picked
+
+
+def _matches(path: Path, name: str) -> bool:
+    name = str(name).rstrip("/")
+    return (path.as_posix() == name or path.with_suffix("").as_posix() == name or path.stem == name
+            or path.parent.name == name or path.parent.name.split("_")[0] == name
+            or (path.parent.name != "book" and path.parent.name.startswith(name + "_")))
+
+
+def executed_path(notebook: str | os.PathLike, root=None, out_dir: str = OUT_DIR) -> Path:
+    """Where the executed copy of a book notebook (path relative to the root) is written."""
+    return _root(root) / out_dir / Path(notebook)
+
+
+# -- running --------------------------------------------------------------------------------------
+def kernel_dir(root=None) -> Path:
+    """Write (once) a `python3` kernelspec that runs this interpreter; returns the JUPYTER_PATH entry."""
+    path = _root(root) / "_build" / "kernels"
+    spec = path / "kernels" / KERNEL / "kernel.json"
+    body = {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "display_name": "Python 3 (megalab)", "language": "python"}
+    if not spec.exists() or json.loads(spec.read_text()) != body:
+        spec.parent.mkdir(parents=True, exist_ok=True)
+        spec.write_text(json.dumps(body, indent=1))
+    return path
+
+
+def _inputs_mtime(src: Path, root: Path) -> float:
+    from megalab import results
+    deps = [src, *results.default_root().glob("*.jsonl"), *Path(__file__).parent.glob("*.py")]
+    return max(p.stat().st_mtime for p in deps if p.exists())
+
+
+def is_fresh(src: Path, dst: Path, parameters: dict, root: Path) -> bool:
+    """The executed copy exists, is newer than its inputs, and was run with these parameters."""
+    if not dst.exists() or dst.stat().st_mtime <= _inputs_mtime(src, root):
+        return False
+    meta = json.loads(dst.read_text()).get("metadata", {}).get("papermill", {})
+    return meta.get("parameters") == parameters and meta.get("exception") in (None, False)
+
+
+def execute(src: Path, dst: Path, parameters: dict, root: Path) -> None:
+    """papermill one notebook: parameters injected, cwd = the notebook's folder, a tqdm bar of cells."""
+    import papermill as pm
+    os.environ["JUPYTER_PATH"] = os.pathsep.join(
+        [str(kernel_dir(root)), *filter(None, [os.environ.get("JUPYTER_PATH")])])
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    pm.execute_notebook(str(src), str(dst), parameters=parameters, kernel_name=KERNEL, cwd=str(src.parent),
+                        progress_bar={"desc": src.stem, "unit": "cell"}, log_output=False)
+
+
+def reproduce(chapters=None, mode: str = "cached", gpus: int | None = None, force: bool = False,
+              out_dir: str = OUT_DIR, root=None) -> int:
+    """Execute the chosen notebooks (all, in toc order, when None); print a summary table; return 0
+    when all succeeded, 1 otherwise. See the module docstring for modes and resuming."""
+    if mode not in MODES:
+        raise ValueError(f"mode={mode!r}: pick one of {', '.join(MODES)}")
+    base = _root(root)
+    parameters = {"mode": "live" if (mode == "live" and force) else MODES[mode]}
+    if gpus is not None:
+        parameters["gpus"] = int(gpus)
+    rows = []
+    for nb in notebooks(chapters, base):
+        src, dst = base / nb, executed_path(nb, base, out_dir)
+        start = time.perf_counter()
+        if not force and is_fresh(src, dst, parameters, base):
+            rows.append((nb.as_posix(), "up to date", 0.0))
+            continue
+        try:
+            execute(src, dst, parameters, base)
+            status = "ok"
+        except Exception as exc:  # a failing chapter must not stop the others; reported below
+            status = f"FAILED: {type(exc).__name__}: {str(exc).strip().splitlines()[-1][:120] if str(exc).strip() else ''}"
+        rows.append((nb.as_posix(), status, time.perf_counter() - start))
+    print(_table(rows, parameters))
+    return 0 if all(not s.startswith("FAILED") for _, s, _ in rows) else 1
+
+
+def _table(rows, parameters) -> str:
+    width = max([len("notebook")] + [len(r[0]) for r in rows])
+    lines = [f"megalab reproduce {parameters}", f"{'notebook':<{width}}  {'time':>8}  status"]
+    lines += [f"{nb:<{width}}  {t:>7.1f}s  {status}" for nb, status, t in rows]
+    return "\n".join(lines)
+
+
+# -- Sphinx extension: render the executed copies ------------------------------------------------
+def _source_read(app, docname: str, source: list) -> None:
+    src = Path(app.env.doc2path(docname))
+    if src.suffix != ".ipynb":
+        return
+    rel = src.resolve().relative_to(Path(app.srcdir).resolve())
+    executed = Path(app.srcdir) / app.config.megalab_executed_dir / rel
+    if not executed.exists():
+        from sphinx.util import logging
+        logging.getLogger(__name__).warning(
+            f"{rel} has no executed copy in {app.config.megalab_executed_dir}/: run "
+            f"`megalab reproduce {rel.parent.name if rel.parent.name != 'book' else rel.stem} --mode cached` "
+            f"first", location=docname)
+        return
+    app.env.note_dependency(str(executed.resolve()))
+    source[0] = json.dumps(_html_only(json.loads(executed.read_text())))
+
+
+def _html_only(nb: dict) -> dict:
+    """Drop plotly's mime type where a text/html version sits beside it (myst-nb cannot render it and
+    warns); a figure with no HTML version keeps it, so the warning says setup_notebook() was not called."""
+    for cell in nb.get("cells", []):
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            if "text/html" in data:
+                data.pop(PLOTLY_MIME, None)
+    return nb
+
+
+def _copy_plotly_js(app, exception) -> None:
+    if exception is None and app.builder.format == "html":
+        import shutil
+
+        import plotly
+        js = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+        shutil.copyfile(js, Path(app.outdir) / "_static" / "plotly.min.js")
+
+
+def _dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
+    # jupyter-book 1.0.4 on Sphinx 7.4 lists some scripts twice (at two priorities); the inline
+    # `const THEBE_JS_URL = ...` then throws "Identifier 'THEBE_JS_URL' has already been declared"
+    seen, kept = set(), []
+    for js in context.get("script_files", []):
+        key = (getattr(js, "filename", js) or "", repr(sorted(getattr(js, "attributes", {}).items())))
+        if key not in seen:
+            seen.add(key)
+            kept.append(js)
+    context["script_files"] = kept
+
+
+def setup(app):
+    """Sphinx entry point (`sphinx: extra_extensions: [megalab.reproduce]` in _config.yml)."""
+    app.add_config_value("megalab_executed_dir", OUT_DIR, "env")
+    app.connect("source-read", _source_read)
+    app.add_js_file("plotly.min.js", priority=200)   # before the pages' inline figure scripts
+    app.connect("build-finished", _copy_plotly_js)
+    app.connect("html-page-context", _dedupe_scripts)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
+
+
+def main(argv=None) -> int:
+    import argparse
+    p = argparse.ArgumentParser(prog="megalab reproduce", description=__doc__.splitlines()[0])
+    p.add_argument("chapters", nargs="*", help="chapter names, e.g. 00 or planner (default: all)")
+    p.add_argument("--mode", choices=list(MODES), default="cached")
+    p.add_argument("--gpus", type=int, default=None)
+    p.add_argument("--force", action="store_true", help="execute again even when up to date")
+    ns = p.parse_args(argv)
+    return reproduce(ns.chapters or None, ns.mode, ns.gpus, ns.force)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,584 @@
+"""Train a GPT with Megatron Core 0.16.1: one file, read top to bottom.
+
+    torchrun --nproc_per_node=4 -m megalab.train --preset gpt-1.2b --tp 2 --pp 2 --mbs 4 --gbs 64
+    torchrun --nproc_per_node=4 -m megalab.train --preset gpt-1.2b --tp 2 --sp --dist-opt --overlap ...
+    torchrun --nproc_per_node=2 -m megalab.train --layers 4 --hidden 128 --heads 4 --vocab 1024 \\
+        --seq 64 --impl local --tp 2 --dry-run            # CPU: build the shards, count, exit
+
+Flags: every RunConfig field (megalab.config.add_config_args), plus --run-dir DIR (where --profile
+writes), --dry-run (gloo on CPU: build every model chunk, print parameter counts, exit 0; Megatron
+cannot run a forward pass on CPU) and --profile (torch.profiler trace of steps 5-7 on rank 0, and a
+kernel-time table by category; needs --iters >= 8). --gpus defaults to the torchrun world size.
+
+Output is the metrics protocol of megalab.metrics, one JSON object per line: a budget line
+(rank 0) before step 0, a step line every step and a summary line at the end (both from the rank
+that owns the loss: last pipeline stage, tp = dp = cp rank 0). Errors are one JSON line too:
+{"kind": "error", "status": "invalid"|"oom", ...}, exit code 2 (invalid) or 1 (oom).
+
+Layout-invariant init (--init layout_invariant, the default). Megatron draws each rank's weights
+from a generator seeded per (pp, tp) rank, so two layouts start from different weights and their
+loss curves are not comparable step by step. We re-draw every parameter from a generator seeded by
+(seed, global parameter name) - layer number and expert number made global - generate the full
+unsharded tensor and keep this rank's slice. Together with data that depends only on the global
+sample number (megalab.data) and a vocabulary that is not padded per tp (cfg.vocab is used as
+is; Megatron only needs it divisible by tp), every layout trains the same model on the same
+batches, up to floating-point reduction order. --init megatron keeps Megatron's own init.
+
+CUDA_DEVICE_MAX_CONNECTIONS=1 is set (before CUDA starts) when tp > 1 or cp > 1: with one hardware
+queue, kernels start in issue order, so the TP/SP communication Megatron issues before a GEMM runs
+before it and overlaps with it (Megatron-LM asserts it on Hopper). It costs DP-overlap freedom.
+"""
+
+import time
+
+_T0 = time.time()  # process start: startup_s runs from here (or from $MEGALAB_LAUNCH_T) to step 0's end
+
+import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import hashlib  # noqa: E402
+import importlib.util  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
+import sys  # noqa: E402
+from functools import partial  # noqa: E402
+
+from megalab import data, theory  # noqa: E402
+from megalab.config import InvalidLayout, add_config_args, config_from_args, hierarchical_cp  # noqa: E402
+
+GIB = 2**30
+MOE_AUX_LOSS_COEFF = 1e-2
+PROFILE_STEPS = (5, 8)  # profile steps 5, 6, 7
+
+
+def emit(obj: dict) -> None:
+    """One metrics line, written in one call: ranks share the pipe and must not interleave."""
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+# -- config ---------------------------------------------------------------------------------------
+def parse_args(argv=None) -> argparse.Namespace:
+    p = add_config_args(argparse.ArgumentParser(description=__doc__.split("\n")[0]))
+    p.add_argument("--run-dir", default=None, help="folder for --profile output (default: cwd)")
+    p.add_argument("--dry-run", action="store_true", help="CPU + gloo: build the shards, count, exit")
+    p.add_argument("--profile", action="store_true", help="torch.profiler trace of steps 5-7 (rank 0)")
+    return p.parse_args(argv)
+
+
+def checked_config(args) -> "RunConfig":  # noqa: F821
+    """RunConfig from the flags, gpus = world size; InvalidLayout says what to change."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    cfg = config_from_args(args)
+    if args.gpus is None:
+        cfg = cfg.replace(gpus=world)
+    problems = cfg.problems(te_available=importlib.util.find_spec("transformer_engine") is not None)
+    if cfg.gpus != world:
+        problems.append(f"gpus={cfg.gpus} but torchrun started {world} processes: pass --nproc_per_node={cfg.gpus}")
+    if cfg.vocab % cfg.tp:
+        problems.append(f"vocab={cfg.vocab} is not divisible by tp={cfg.tp}: use a vocab multiple of 128*tp")
+    if problems:
+        raise InvalidLayout("\n".join(problems))
+    return cfg
+
+
+def megatron_configs(cfg, dry_run: bool = False):
+    """The one place Megatron's long names appear: RunConfig -> (TransformerConfig, DDP config, optimizer config)."""
+    import torch
+    import torch.nn.functional as F
+    from megatron.core.distributed import DistributedDataParallelConfig
+    from megatron.core.optimizer import OptimizerConfig
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    te, swiglu, moe = cfg.impl == "te", cfg.activation == "swiglu", cfg.experts > 0
+    bias = theory.has_bias(cfg)  # theory counts parameters with the same rule
+    have = lambda mod: importlib.util.find_spec(mod) is not None  # noqa: E731
+    recompute = {"none": {}, "selective": dict(recompute_granularity="selective"),
+                 "full": dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)}
+    model = TransformerConfig(
+        num_layers=cfg.layers, hidden_size=cfg.hidden, num_attention_heads=cfg.heads,
+        num_query_groups=cfg.query_groups, ffn_hidden_size=cfg.ffn_size,
+        normalization=cfg.norm, add_bias_linear=bias, gated_linear_unit=swiglu,
+        activation_func=F.silu if swiglu else F.gelu,
+        hidden_dropout=cfg.dropout, attention_dropout=cfg.dropout, init_method_std=0.02,
+        # layout
+        tensor_model_parallel_size=cfg.tp, pipeline_model_parallel_size=cfg.pp,
+        virtual_pipeline_model_parallel_size=cfg.vpp if cfg.vpp > 1 else None,
+        context_parallel_size=cfg.cp, cp_comm_type=cfg.cp_comm,
+        hierarchical_context_parallel_sizes=_hierarchical(cfg),
+        expert_model_parallel_size=cfg.ep, expert_tensor_parallel_size=cfg.etp, sequence_parallel=cfg.sp,
+        # precision
+        bf16=True, params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16,
+        fp8="hybrid" if cfg.fp8 else None, fp8_recipe="delayed", fp8_margin=0,
+        fp8_amax_history_len=1024, fp8_amax_compute_algo="max",
+        # initialisation: ours re-draws every weight, so skip Megatron's (saves start-up time)
+        use_cpu_initialization=dry_run, perform_initialization=cfg.init == "megatron",
+        # pipeline schedule, as Megatron-LM's defaults (arguments.py): interleaving overlaps p2p
+        deallocate_pipeline_outputs=True, overlap_p2p_comm=cfg.vpp > 1, batch_p2p_comm=cfg.vpp == 1,
+        # fusions (Megatron-LM defaults where the kernels exist on this machine)
+        bias_activation_fusion=swiglu or bias, bias_dropout_fusion=True,
+        masked_softmax_fusion=have("scaled_upper_triang_masked_softmax_cuda"),  # local attention only
+        apply_rope_fusion=te and cfg.position == "rope", persist_layer_norm=te,
+        # fused wgrad accumulation into fp32 main_grad: the output layer needs Apex's extension
+        gradient_accumulation_fusion=have("fused_weight_gradient_mlp_cuda"),
+        cross_entropy_loss_fusion=te, cross_entropy_fusion_impl="te" if te else "native",
+        transformer_impl="transformer_engine" if te else "local",
+        # mixture of experts
+        num_moe_experts=cfg.experts or None, moe_router_topk=cfg.topk,
+        moe_ffn_hidden_size=cfg.moe_ffn_size if moe else None, moe_aux_loss_coeff=MOE_AUX_LOSS_COEFF if moe else 0.0,
+        moe_router_load_balancing_type="aux_loss", moe_token_dispatcher_type="allgather" if dry_run else cfg.moe_dispatcher,  # alltoall builds a CUDA
+        # stream in __init__; the dispatcher holds no parameters, so the dry run's counts are the same
+        moe_grouped_gemm=te and moe, moe_router_pre_softmax=cfg.topk == 1,
+        **recompute[cfg.recompute],
+    )
+    ddp = DistributedDataParallelConfig(
+        grad_reduce_in_fp32=True, overlap_grad_reduce=cfg.overlap,
+        overlap_param_gather=cfg.overlap and cfg.dist_opt, use_distributed_optimizer=cfg.dist_opt,
+        align_param_gather=cfg.overlap and cfg.dist_opt and cfg.vpp > 1, bucket_size=None)
+    optim = OptimizerConfig(
+        optimizer="adam", lr=cfg.lr, min_lr=cfg.lr / 10, weight_decay=0.1, adam_beta1=0.9, adam_beta2=0.95,
+        adam_eps=1e-8, clip_grad=1.0, bf16=True, params_dtype=torch.bfloat16,
+        use_distributed_optimizer=cfg.dist_opt, overlap_param_gather=cfg.overlap and cfg.dist_opt)
+    return model, ddp, optim
+
+
+def _hierarchical(cfg):
+    sizes = hierarchical_cp(cfg) if cfg.cp > 1 else None
+    return list(sizes) if sizes else None
+
+
+# -- initialize_distributed -----------------------------------------------------------------------
+def initialize_distributed(cfg, dry_run: bool):
+    """torch.distributed (NCCL on GPU, gloo on CPU) and Megatron's parallel groups; returns the device."""
+    import torch
+    from megatron.core import parallel_state as ps
+    from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+
+    if dry_run:
+        torch.distributed.init_process_group("gloo")
+        device = torch.device("cpu")
+    else:
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+        torch.distributed.init_process_group("nccl")
+        torch.backends.cuda.matmul.allow_tf32 = True  # fp32 leftovers (router, loss) on tensor cores
+        torch.backends.cudnn.allow_tf32 = True
+    ps.initialize_model_parallel(
+        cfg.tp, cfg.pp, cfg.vpp if cfg.vpp > 1 else None, context_parallel_size=cfg.cp,
+        hierarchical_context_parallel_sizes=_hierarchical(cfg),
+        expert_model_parallel_size=cfg.ep, expert_tensor_parallel_size=cfg.etp)
+    # Megatron-LM's _set_random_seed: a seed per pipeline stage; the tracker forks tp/ep streams
+    seed = cfg.seed + 100 * ps.get_pipeline_model_parallel_rank()
+    torch.manual_seed(seed)
+    if not dry_run:
+        model_parallel_cuda_manual_seed(seed)
+    return device
+
+
+# -- model_provider -------------------------------------------------------------------------------
+def model_provider(cfg, config, pre_process: bool, post_process: bool, vp_stage):
+    """One GPTModel chunk: Transformer Engine layers (impl te) or Megatron's local ones."""
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import (
+        get_gpt_layer_local_spec, get_gpt_layer_with_transformer_engine_spec)
+
+    experts = cfg.experts or None
+    if cfg.impl == "te":  # TE reads the norm type from config.normalization; fuses it into the next GEMM
+        spec = get_gpt_layer_with_transformer_engine_spec(experts, moe_grouped_gemm=bool(experts), qk_layernorm=False)
+    else:
+        spec = get_gpt_layer_local_spec(experts, moe_grouped_gemm=False, qk_layernorm=False, normalization=cfg.norm)
+    return GPTModel(
+        config, spec, vocab_size=cfg.vocab, max_sequence_length=cfg.seq,
+        pre_process=pre_process, post_process=post_process, parallel_output=True,
+        share_embeddings_and_output_weights=cfg.tied_embeddings,
+        position_embedding_type="rope" if cfg.position == "rope" else "learned_absolute",
+        vp_stage=vp_stage)
+
+
+@contextlib.contextmanager
+def _cuda_stays_on_cpu():
+    """Dry run only: Megatron moves the tied output-layer copy with .cuda() (language_module.py)."""
+    import torch
+    cuda = torch.Tensor.cuda
+    torch.Tensor.cuda = lambda self, *a, **k: self
+    try:
+        yield
+    finally:
+        torch.Tensor.cuda = cuda
+
+
+def build_chunks(cfg, config, dry_run: bool) -> list:
+    """One model chunk per virtual stage, as Megatron-LM's get_model (vp_stage tells each its layers)."""
+    import torch
+    from megatron.core import parallel_state as ps
+    from megatron.core import tensor_parallel
+
+    chunks = []
+    for i in range(cfg.vpp):
+        vp = i if cfg.vpp > 1 else None
+        pre = ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp)
+        post = ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp)
+        with _cuda_stays_on_cpu() if dry_run else contextlib.nullcontext():
+            chunk = model_provider(cfg, config, pre, post, vp)
+        for p in chunk.parameters():
+            tensor_parallel.set_defaults_if_not_set_tensor_model_parallel_attributes(p)
+        if not dry_run:
+            chunk.cuda(torch.cuda.current_device())  # norms and position embeddings start on CPU
+        chunks.append(chunk)
+    return chunks
+
+
+# -- layout-invariant init ------------------------------------------------------------------------
+_LAYER = re.compile(r"^decoder\.layers\.(\d+)\.")
+_LOCAL_EXPERT = re.compile(r"\.local_experts\.(\d+)\.")            # SequentialMLP (local spec)
+_GROUPED_EXPERT = re.compile(r"(\.linear_fc[12]\.(?:weight|bias))(\d+)$")  # TEGroupedMLP: weight0..
+_COLUMN = re.compile(r"(linear_qkv|linear_fc1)\.weight\d*$|word_embeddings\.weight$|^output_layer\.weight$")
+_ROW = re.compile(r"(linear_proj|linear_fc2)\.weight\d*$")
+
+
+def global_name(name: str, chunk, cfg, ep_rank: int, tied: bool) -> str:
+    """Parameter name as in the unsharded, unpipelined model: global layer and expert numbers."""
+    m = _LAYER.match(name)
+    if m:  # TransformerLayer.layer_number is global (pipeline and virtual offsets) and 1-based
+        name = f"decoder.layers.{chunk.decoder.layers[int(m.group(1))].layer_number - 1}." + name[m.end():]
+    off = ep_rank * (cfg.experts // cfg.ep)
+    name = _LOCAL_EXPERT.sub(lambda e: f".local_experts.{int(e.group(1)) + off}.", name)
+    name = _GROUPED_EXPERT.sub(lambda e: f"{e.group(1)}{int(e.group(2)) + off}", name)
+    return "embedding.word_embeddings.weight" if tied and name == "output_layer.weight" else name
+
+
+def init_layout_invariant(chunks, cfg, device) -> float:
+    """Re-draw every parameter from (seed, global name); returns this rank's share of a checksum.
+
+    Weights ~ N(0, 0.02); linear_proj and linear_fc2 ~ N(0, 0.02/sqrt(2L)) (Megatron's
+    scaled_init_method_normal); norms 1; biases 0. The full tensor is drawn, then this rank's
+    slice kept: dim 0 for column-parallel (QKV, fc1, embeddings, output layer), dim 1 for
+    row-parallel (proj, fc2), over tp (etp for experts). SwiGLU's fc1 is [gate; up] at tp=1 and
+    [gate_r; up_r] on tp rank r. Megatron's QKV is grouped per query group, so a contiguous row
+    slice is what each rank holds (attention.py). The checksum sums each unique weight once
+    (replicas on tp/dp/cp ranks and the tied output copy are skipped): its sum over ranks is the
+    same for every layout.
+    """
+    import torch
+    from megatron.core import parallel_state as ps
+
+    tp, tp_rank = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()
+    etp, etp_rank = ps.get_expert_tensor_parallel_world_size(), ps.get_expert_tensor_parallel_rank()
+    ep_rank = ps.get_expert_model_parallel_rank()
+    replica = ps.get_data_parallel_rank(with_context_parallel=True) == 0
+    expert_replica = ps.get_expert_data_parallel_rank() == 0
+    std, out_std = 0.02, 0.02 / math.sqrt(2 * cfg.layers)
+    checksum = 0.0
+    for chunk in chunks:
+        for name, p in chunk.named_parameters():
+            gname = global_name(name, chunk, cfg, ep_rank, cfg.tied_embeddings)
+            expert = ".experts." in name
+            t, r = (etp, etp_rank) if expert else (tp, tp_rank)
+            dim = 0 if _COLUMN.search(name) else 1 if _ROW.search(name) else None
+            with torch.no_grad():
+                if re.search(r"bias\d*$", name):
+                    p.zero_()
+                elif p.dim() == 1 and "norm" in name:
+                    p.fill_(1.0)
+                elif p.dim() == 2:
+                    full_shape = list(p.shape)
+                    if dim is not None:
+                        full_shape[dim] *= t
+                    seed = int.from_bytes(hashlib.sha256(f"{cfg.seed}/{gname}".encode()).digest()[:8], "little")
+                    g = torch.Generator(device=device).manual_seed(seed & (2**63 - 1))
+                    full = torch.randn(full_shape, generator=g, device=device, dtype=torch.float32)
+                    full *= out_std if _ROW.search(name) else std
+                    if dim is None:
+                        shard = full
+                    elif "linear_fc1.weight" in name and cfg.activation == "swiglu":
+                        gate, up = full.chunk(2, dim=0)
+                        shard = torch.cat([gate.chunk(t, dim=0)[r], up.chunk(t, dim=0)[r]], dim=0)
+                    else:
+                        shard = full.chunk(t, dim=dim)[r]
+                    if tuple(shard.shape) != tuple(p.shape):
+                        raise RuntimeError(f"layout-invariant init: {name} holds {tuple(p.shape)} but the "
+                                           f"slice of {gname} {tuple(full_shape)} is {tuple(shard.shape)}")
+                    p.copy_(shard)
+                else:
+                    raise RuntimeError(f"layout-invariant init has no rule for {name} {tuple(p.shape)}")
+            unique = (expert_replica if expert else replica) and (dim is not None or r == 0)
+            if p.dim() == 2 and unique and not (name == "output_layer.weight" and cfg.tied_embeddings):
+                checksum += float(p.detach().double().sum())
+    return checksum
+
+
+# -- get_data_iterator ----------------------------------------------------------------------------
+def get_data_iterator(cfg, device, n_chunks: int):
+    """Per model chunk: this dp rank's micro-batches if the chunk embeds tokens or computes the loss, else None."""
+    from megatron.core import parallel_state as ps
+
+    vps = [i if cfg.vpp > 1 else None for i in range(n_chunks)]
+    needs = [ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=v)
+             or ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=v) for v in vps]
+    if cfg.data:
+        source = data.Indexed(cfg.data, cfg, cfg.iters * cfg.gbs, is_built_on_rank=lambda: any(needs))
+    else:
+        source = data.Synthetic(cfg.seed, cfg.vocab, cfg.seq)
+    dp_rank = ps.get_data_parallel_rank()  # replica index among dp (cp ranks of a replica read alike)
+    its = [data.microbatches(cfg, dp_rank, source, device) if n else None for n in needs]
+    return its if cfg.vpp > 1 else its[0]
+
+
+# -- forward_step_func ----------------------------------------------------------------------------
+def loss_func(loss_mask, output_tensor):
+    """Summed token loss, token count, and the pair for logging (pretrain_gpt.py's 3-tuple form).
+
+    Megatron's schedule divides the sum by the token count and by num_microbatches
+    (calculate_per_token_loss=False); DDP averages gradients over dp*cp.
+    """
+    import torch
+    losses = output_tensor.view(-1).float()
+    mask = loss_mask.view(-1).float()
+    loss = torch.sum(losses * mask)
+    num_tokens = mask.sum().clone().detach().to(torch.int)
+    return loss, num_tokens, {"lm loss": torch.cat([loss.clone().detach().view(1), num_tokens.view(1)])}
+
+
+def forward_step_func(data_iterator, model):
+    """Next micro-batch (first/last stage) through the chunk; middle stages take the p2p input."""
+    from megatron.core.utils import get_batch_on_this_cp_rank
+    if data_iterator is None:
+        return model(None, None, None), None  # not the last stage: the loss function is never called
+    batch = get_batch_on_this_cp_rank(next(data_iterator))  # (b, s/cp): 2 of 2*cp sequence chunks
+    out = model(batch["tokens"], batch["position_ids"], None, labels=batch["labels"], loss_mask=batch["loss_mask"])
+    return out, partial(loss_func, batch["loss_mask"])
+
+
+# -- outputs --------------------------------------------------------------------------------------
+def budget(cfg, params_per_rank: list[int]) -> dict:
+    return {"kind": "budget", "layout": theory.layout(cfg), "world_size": cfg.gpus,
+            "params_total": theory.params(cfg)["total"], "params_per_rank": params_per_rank,
+            "tokens_per_step": cfg.gbs * cfg.seq, "predicted_mem_gib": theory.memory(cfg)["total"],
+            "num_microbatches": cfg.num_microbatches, "config": cfg.to_dict()}
+
+
+def gather_ints(value: int, device) -> list[int]:
+    import torch
+    out = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(torch.distributed.get_world_size())]
+    torch.distributed.all_gather(out, torch.tensor([value], dtype=torch.int64, device=device))
+    return [int(t.item()) for t in out]
+
+
+def profile_summary(prof) -> dict:
+    """Kernel time by category over the profiled steps: nccl, gemm, attention, other (seconds)."""
+    import torch
+    cats = {"nccl": 0.0, "gemm": 0.0, "attention": 0.0, "other": 0.0}
+    for e in prof.key_averages():
+        if e.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        us = getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0)
+        k = e.key.lower()
+        cat = ("nccl" if "nccl" in k else
+               "gemm" if any(s in k for s in ("gemm", "cutlass", "nvjet", "xmma", "cublas", "sm90_")) else
+               "attention" if any(s in k for s in ("flash", "fmha", "attn", "sdpa", "softmax")) else "other")
+        cats[cat] += us / 1e6
+    steps = PROFILE_STEPS[1] - PROFILE_STEPS[0]
+    return {"steps": list(range(*PROFILE_STEPS)), "kernel_s": cats,
+            "kernel_s_per_step": {k: v / steps for k, v in cats.items()}}
+
+
+# -- main -----------------------------------------------------------------------------------------
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        cfg = checked_config(args)
+    except InvalidLayout as e:  # before anything starts: no process group, no CUDA
+        if rank == 0:
+            emit({"kind": "error", "status": "invalid", "message": str(e)})
+            print(f"InvalidLayout: {str(e).splitlines()[0]}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    if (cfg.tp > 1 or cfg.cp > 1) and not args.dry_run:
+        os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"  # read when the CUDA context is created
+    try:
+        train(cfg, args, rank)
+    except Exception as e:
+        if not _is_oom(e):
+            raise
+        # one line per rank, then die hard: the peers may hang in NCCL; torchrun then kills them
+        emit({"kind": "error", "status": "oom", "rank": rank, "error_type": "OutOfMemoryError",
+              "message": str(e)[:500]})
+        sys.stderr.flush()
+        os._exit(1)
+
+
+def train(cfg, args, rank: int) -> None:
+    import torch
+    from megatron.core import parallel_state as ps
+    from megatron.core.distributed import DistributedDataParallel, finalize_model_grads
+    from megatron.core.optimizer import get_megatron_optimizer, get_standard_config_overrides
+    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler, get_canonical_lr_for_logging
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+    from megatron.core.transformer.module import Float16Module
+
+    device = initialize_distributed(cfg, args.dry_run)
+    config, ddp_config, optim_config = megatron_configs(cfg, args.dry_run)
+    chunks = build_chunks(cfg, config, args.dry_run)
+    n_params = sum(p.numel() for c in chunks for p in c.parameters())
+    per_rank = gather_ints(n_params, device)
+
+    if args.dry_run:  # count (and, for small models, run the layout-invariant init on CPU), then stop
+        small = theory.params(cfg)["total"] <= 50_000_000
+        checksum = init_layout_invariant(chunks, cfg, device) if cfg.init == "layout_invariant" and small else None
+        emit({"kind": "params", "rank": rank, "tp_rank": ps.get_tensor_model_parallel_rank(),
+              "pp_rank": ps.get_pipeline_model_parallel_rank(), "ep_rank": ps.get_expert_model_parallel_rank(),
+              "params": n_params, "init_checksum": checksum})
+        if rank == 0:
+            emit(budget(cfg, per_rank))
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
+        return
+
+    if cfg.init == "layout_invariant":
+        init_layout_invariant(chunks, cfg, device)
+    model = [Float16Module(config, c) for c in chunks]  # bf16 weights; the fp32 main copy lives in the optimizer
+    model = [DistributedDataParallel(config, ddp_config, m, disable_bucketing=i > 0)  # later chunks overlap anyway
+             for i, m in enumerate(model)]
+    if cfg.dp * cfg.cp > 1:
+        for m in model:
+            m.broadcast_params()  # replicas already agree (same seeds): cheap insurance, once
+    optimizer = get_megatron_optimizer(optim_config, model, config_overrides=get_standard_config_overrides(optim_config))
+    warmup = min(10, cfg.iters // 10)  # linear warm-up from 0, then cosine to lr/10 at the last step
+    scheduler = OptimizerParamScheduler(
+        optimizer, init_lr=0.0, max_lr=cfg.lr, min_lr=cfg.lr / 10, lr_warmup_steps=warmup,
+        lr_decay_steps=cfg.iters, lr_decay_style="cosine", start_wd=0.1, end_wd=0.1,
+        wd_incr_steps=cfg.iters, wd_incr_style="constant")
+    data_iterator = get_data_iterator(cfg, device, len(model))
+    forward_backward_func = get_forward_backward_func()  # no pipelining, 1F1B, or interleaved 1F1B
+
+    # What Megatron-LM's train() wires into the config (training.py): loss scale, overlap hooks,
+    # and the grad finalisation that forward_backward_func calls at its end.
+    config.grad_scale_func = optimizer.scale_loss
+    one = lambda fns: fns[0] if len(fns) == 1 else fns  # noqa: E731
+    if cfg.overlap:
+        config.no_sync_func = one([m.no_sync for m in model])
+        config.grad_sync_func = one([m.start_grad_sync for m in model])
+    if ddp_config.align_param_gather:
+        config.param_sync_func = one([m.start_param_sync for m in model])
+    config.finalize_model_grads_func = finalize_model_grads  # dp reduce, sp norms, tied embeddings
+    param_sync_func, hooks_off = config.param_sync_func, ddp_config.overlap_param_gather
+    if hooks_off:  # Megatron-LM: the first step runs without the param all-gather pre-hooks
+        for m in model:
+            m.disable_forward_pre_hook(param_sync=False)
+        config.param_sync_func = None
+
+    loss_owner = (ps.is_pipeline_last_stage(ignore_virtual=True) and ps.get_tensor_model_parallel_rank() == 0
+                  and ps.get_data_parallel_rank(with_context_parallel=True) == 0)
+    prof = _profiler(args.run_dir or ".") if args.profile and rank == 0 else None
+    if rank == 0:
+        emit(budget(cfg, per_rank))
+    for m in model:
+        m.train()
+    startup_s, flops, peak = None, theory.flops_per_step(cfg), _peak_tflops()
+    for step in range(cfg.iters):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for m in model:
+            m.zero_grad_buffer()
+        optimizer.zero_grad()
+        losses = forward_backward_func(
+            forward_step_func=forward_step_func, data_iterator=data_iterator, model=model,
+            num_microbatches=cfg.num_microbatches, seq_length=cfg.seq, micro_batch_size=cfg.mbs,
+            decoder_seq_length=cfg.seq, forward_only=False)  # ends with finalize_model_grads
+        lr = get_canonical_lr_for_logging(optimizer.param_groups)
+        _, grad_norm, _ = optimizer.step()  # CPU-GPU sync point inside Megatron: the clip norm's .item()
+        scheduler.step(increment=1)
+        torch.cuda.synchronize()
+        step_time = time.perf_counter() - t0
+        if step == 0:
+            startup_s = time.time() - float(os.environ.get("MEGALAB_LAUNCH_T", _T0))
+            if hooks_off:
+                for m in model:
+                    m.enable_forward_pre_hook()
+                config.param_sync_func = param_sync_func
+        loss = _reduced_loss(losses)  # CPU-GPU sync point (last stage): the logged loss
+        mem = _max_over_ranks([torch.cuda.max_memory_allocated() / GIB, torch.cuda.max_memory_reserved() / GIB])
+        if loss_owner:
+            tflops = flops / step_time / cfg.gpus / 1e12
+            emit({"kind": "step", "step": step, "loss": loss, "grad_norm": grad_norm, "lr": lr,
+                  "step_time_s": step_time, "tokens_per_s": cfg.gbs * cfg.seq / step_time,
+                  "tflops_per_gpu": tflops, "mfu": tflops / peak if peak else None,
+                  "mem_allocated_peak_gib": mem[0], "mem_reserved_peak_gib": mem[1]})
+        if prof is not None:
+            prof.step()
+
+    if prof is not None:
+        prof.stop()
+    alloc = _gather_floats(torch.cuda.max_memory_allocated() / GIB)
+    reserved = _gather_floats(torch.cuda.max_memory_reserved() / GIB)
+    if loss_owner:
+        from megalab import env
+        emit({"kind": "summary", "steps": cfg.iters, "startup_s": startup_s,
+              "mem_allocated_peak_gib_per_rank": alloc, "mem_reserved_peak_gib_per_rank": reserved,
+              "env": env.fingerprint()})
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+
+
+def _is_oom(e: BaseException) -> bool:
+    import torch
+    text = str(e)
+    return isinstance(e, torch.OutOfMemoryError) or "out of memory" in text or "CUBLAS_STATUS_ALLOC_FAILED" in text
+
+
+def _profiler(run_dir: str):
+    """torch.profiler over steps 5-7; writes trace_rank0.json and profile_summary.json to run_dir."""
+    import torch
+
+    def write(prof):
+        os.makedirs(run_dir, exist_ok=True)
+        prof.export_chrome_trace(os.path.join(run_dir, "trace_rank0.json"))
+        with open(os.path.join(run_dir, "profile_summary.json"), "w") as f:
+            json.dump(profile_summary(prof), f, indent=1)
+
+    first, end = PROFILE_STEPS
+    prof = torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA],
+        schedule=torch.profiler.schedule(wait=first - 1, warmup=1, active=end - first, repeat=1),
+        on_trace_ready=write)
+    prof.start()
+    return prof
+
+
+def _peak_tflops() -> float | None:
+    import torch
+    from megalab import hardware
+    try:
+        return hardware.gpu_spec(torch.cuda.get_device_name()).peak_bf16_tflops
+    except hardware.UnknownGPU:
+        return None
+
+
+def _reduced_loss(losses: list) -> float | None:
+    """Mean lm loss per token over the global batch (Megatron-LM train_step): sum, tokens over dp*cp."""
+    import torch
+    from megatron.core import parallel_state as ps
+    if not ps.is_pipeline_last_stage(ignore_virtual=True):
+        return None
+    val = torch.vstack([x["lm loss"].view(-1) for x in losses]).sum(dim=0).float()
+    torch.distributed.all_reduce(val, group=ps.get_data_parallel_group(with_context_parallel=True))
+    return float(val[0] / val[1])
+
+
+def _max_over_ranks(values: list[float]) -> list[float]:
+    import torch
+    t = torch.tensor(values, dtype=torch.float64, device="cuda")
+    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+    return t.tolist()
+
+
+def _gather_floats(value: float) -> list[float]:
+    import torch
+    out = [torch.zeros(1, dtype=torch.float64, device="cuda") for _ in range(torch.distributed.get_world_size())]
+    torch.distributed.all_gather(out, torch.tensor([value], dtype=torch.float64, device="cuda"))
+    return [float(t.item()) for t in out]
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""cli.py: `megalab ...` exit codes and output, called in-process through main([...])."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from megalab import cli, results
+from megalab.config import RunConfig, config_to_args
+from megalab.launch import RunOutcome
+from megalab.metrics import Parsed
+
+CFG = RunConfig(name="gpt-test", layers=4, hidden=256, heads=4, gpus=2, tp=2, mbs=2, gbs=8, impl="local")
+ARGS = config_to_args(CFG)
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEGALAB_RESULTS", str(tmp_path / "results"))
+    return results.Store(tmp_path / "results")
+
+
+def _add(store, cfg=CFG, status="ok"):
+    steps = [{"kind": "step", "step": i, "loss": 9.0 - i, "step_time_s": 0.25} for i in range(5)]
+    outcome = RunOutcome(status, None, Parsed(None, steps, None), None, 0)
+    return store.append(results.make_record(cfg, outcome, env={"gpu_name": "NVIDIA H200", "gpu_count": 4}))
+
+
+def test_plan_json(capsys):
+    assert cli.main(["plan", "--preset", "gpt-1.2b", "--gpus", "2", "--tp", "2", "--mbs", "4", "--gbs", "16",
+                     "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    for key in ("params_total", "flops_per_step", "memory_gib", "bubble_fraction", "comm_bytes_per_step"):
+        assert key in plan
+
+
+def test_plan_table(capsys):
+    assert cli.main(["plan", *ARGS]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(CFG.label) and "params_total" in out
+
+
+def test_invalid_layout_exit_2(capsys):
+    assert cli.main(["plan", "--heads", "16", "--gpus", "4", "--tp", "3"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    reasons = captured.err.splitlines()[1:]
+    assert reasons and any("tp=3" in r for r in reasons)
+
+
+def test_bad_arguments_exit_2(capsys):
+    assert cli.main(["plan", "--tp", "two"]) == 2
+    assert cli.main(["no-such-command"]) == 2
+
+
+def test_run_cached_not_recorded_exit_3(store, capsys):
+    assert cli.main(["run", *ARGS, "--mode", "cached"]) == 3
+    assert "megalab run " + " ".join(ARGS) + " --mode live" in capsys.readouterr().err
+
+
+def test_run_cached(store, capsys):
+    rec = _add(store)
+    assert cli.main(["run", *ARGS, "--mode", "cached", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["id"] == rec["id"] and out["source"] == "cached"
+    assert cli.main(["run", *ARGS, "--mode", "cached"]) == 0
+    assert "step_time_s" in capsys.readouterr().out
+
+
+def test_run_live_not_enough_gpus_exit_2(store, capsys, monkeypatch):
+    monkeypatch.setattr("torch.cuda.device_count", lambda: 1)  # also on a GPU host
+    assert cli.main(["run", *ARGS, "--mode", "live"]) == 2
+    assert "needs 2 GPU(s) on this machine, which has 1" in capsys.readouterr().err
+
+
+def test_results_listing(store, capsys):
+    _add(store)
+    _add(store, CFG.replace(mbs=4, gbs=16), status="oom")
+    assert cli.main(["results"]) == 0
+    out = capsys.readouterr().out
+    assert CFG.label in out and "oom" in out and len(out.strip().splitlines()) == 3
+    assert cli.main(["results", "--label", "mbs4", "--json"]) == 0
+    [rec] = json.loads(capsys.readouterr().out)
+    assert rec["status"] == "oom"
+    assert cli.main(["results", "--status", "ok", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 1
+    assert cli.main(["results", "--key", "nope"]) == 0
+    assert "no records" in capsys.readouterr().out
+
+
+def test_results_import(store, tmp_path, capsys):
+    other = results.Store(tmp_path / "host")
+    _add(other), _add(other)
+    assert cli.main(["results", "--import", str(other.path())]) == 0
+    assert cli.main(["results", "--import", str(other.path())]) == 0
+    assert "imported 0 new" in capsys.readouterr().out.splitlines()[-1]
+    assert len(store.load()) == 2
+
+
+def test_env_json(capsys):
+    assert cli.main(["env", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert "gpu_count" in info and "git_commit" in info
+
+
+def test_slurm(capsys):
+    assert cli.main(["slurm", *config_to_args(CFG.replace(gpus=8)), "--nodes", "2", "--partition", "p"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("#!/bin/bash") and "#SBATCH --nodes=2" in out and "--nproc_per_node 4" in out
+
+
+def test_lazy_subcommands_are_dispatched(monkeypatch, capsys):
+    import types
+    calls = {}
+    monkeypatch.setitem(sys.modules, "megalab.reproduce", types.SimpleNamespace(
+        reproduce=lambda chapters, mode, gpus, force: calls.setdefault("reproduce", (chapters, mode, gpus, force))
+        and 0))
+    monkeypatch.setitem(sys.modules, "megalab.data", types.SimpleNamespace(
+        prepare_data=lambda i, o, tokenizer: calls.setdefault("data", (i, o, tokenizer)) and {"documents": 1}))
+    monkeypatch.setitem(sys.modules, "megalab.bench", types.SimpleNamespace(
+        main=lambda argv: calls.setdefault("bench", argv) and 0))
+    import megalab
+    monkeypatch.setattr(megalab, "bench", sys.modules["megalab.bench"], raising=False)
+    assert cli.main(["reproduce", "tp", "pp", "--mode", "cached", "--gpus", "4", "--force"]) == 0
+    assert cli.main(["prepare-data", "--input", "a.jsonl", "--output-prefix", "out/a"]) == 0
+    assert cli.main(["bench", "--gpus", "2"]) == 0
+    assert calls == {"reproduce": (["tp", "pp"], "cached", 4, True), "data": ("a.jsonl", "out/a", "byte"),
+                     "bench": ["--gpus", "2"]}
+
+
+def test_python_dash_m(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "megalab", "plan", *ARGS, "--json"], capture_output=True,
+                         text=True, cwd=tmp_path, env={"PYTHONPATH": str(Path(cli.__file__).parents[1]),
+                                                      "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["world_size"] == 2
+
+
+@pytest.mark.skipif(not (Path(cli.__file__).parent / "train.py").exists(), reason="trainer not written yet")
+def test_run_dry_run_on_cpu(store, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("MEGALAB_RUNS", str(tmp_path / "runs"))
+    tiny = CFG.replace(layers=2, hidden=64, heads=2, vocab=512, seq=32, gbs=4)
+    assert cli.main(["run", *config_to_args(tiny), "--dry-run", "--timeout", "240"]) == 0, capsys.readouterr()
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(tiny.label) and len([ln for ln in out if ln.strip()[:1].isdigit()]) == 2
+    assert store.load() == []  # a dry run is not a measurement

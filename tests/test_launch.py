@@ -1,0 +1,160 @@
+"""launch.py: the torchrun command line, the child's environment, streaming, timeouts, slurm scripts.
+
+The trainer is replaced by small Python scripts (the real one needs GPUs), so these tests exercise
+the launcher itself: run folder, log capture, metrics parsing, classification, process-group kill.
+"""
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from megalab import launch
+from megalab.config import InvalidLayout, RunConfig
+
+CFG = RunConfig(name="gpt-test", layers=4, hidden=256, heads=4, gpus=2, tp=2, mbs=2, gbs=8, iters=5, impl="local")
+DATA = Path(__file__).parent / "data"
+
+
+def test_torchrun_command_single_node():
+    cmd = launch.torchrun_command(CFG, "runs/x")
+    assert cmd[:5] == [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    i = cmd.index("megalab.train")
+    assert cmd[i - 1] == "-m" and cmd[-2:] == ["--run-dir", "runs/x"]
+    assert cmd[i + 1:cmd.index("--run-dir")] == launch._config_args(CFG)
+
+
+def test_torchrun_command_multi_node():
+    cfg = CFG.replace(gpus=8, tp=2)
+    cmd = launch.torchrun_command(cfg, "r", nnodes=2, node_rank=1, rdzv_endpoint="node0", extra=["--profile"])
+    for flag in ("--nnodes=2", "--nproc_per_node=4", "--node-rank=1", "--rdzv-backend=c10d",
+                 "--rdzv-endpoint=node0:29500", f"--rdzv-id={cfg.key}"):
+        assert flag in cmd
+    assert "--standalone" not in cmd and cmd[-1] == "--profile"
+    with pytest.raises(ValueError, match="rdzv_endpoint"):
+        launch.torchrun_command(cfg, "r", nnodes=2)
+    with pytest.raises(ValueError, match="multiple of nnodes"):
+        launch.torchrun_command(cfg, "r", nnodes=3, rdzv_endpoint="h:1")
+
+
+def test_child_env_forces_multicast_off(monkeypatch):
+    monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    env = launch.child_env({"TORCH_SYMM_MEM_DISABLE_MULTICAST": "0", "FOO": "bar"})
+    assert env["NCCL_NVLS_ENABLE"] == "0" and env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
+    assert env["NVSHMEM_DISABLE_NVLS"] == "1" and env["PYTHONUNBUFFERED"] == "1" and env["FOO"] == "bar"
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(launch.LIB_DIR), "/elsewhere"]
+
+
+def test_checks_before_spawning(tmp_path, monkeypatch):
+    monkeypatch.setattr(launch.subprocess, "Popen", lambda *a, **k: pytest.fail("spawned"))
+    monkeypatch.setattr("torch.cuda.device_count", lambda: 0)  # also on a GPU host
+    with pytest.raises(InvalidLayout):
+        launch.launch(CFG.replace(tp=3), runs_root=tmp_path)
+    with pytest.raises(launch.NotEnoughGPUs, match=r"needs 2 GPU\(s\) on this machine, which has 0"):
+        launch.launch(CFG, runs_root=tmp_path)  # this machine has no GPU
+    assert not list(tmp_path.iterdir())
+
+
+# -- launch with a fake trainer --------------------------------------------------------------------
+@pytest.fixture
+def fake(monkeypatch):
+    """Make launch() run `python -c SCRIPT` instead of torchrun, on this GPU-less machine."""
+    monkeypatch.setattr(launch, "check", lambda cfg, nproc=None: None)
+    monkeypatch.setattr(launch, "KILL_GRACE_S", 1)
+
+    def use(script):
+        monkeypatch.setattr(launch, "torchrun_command",
+                            lambda cfg, run_dir, **kw: [sys.executable, "-c", script, *kw.get("extra", ())])
+    return use
+
+
+def _steps(n):
+    return [json.dumps({"kind": "step", "step": i, "loss": 9.0 - i, "step_time_s": 0.1,
+                        "tflops_per_gpu": 50.0}) for i in range(n)]
+
+
+def test_launch_ok_writes_run_folder(tmp_path, fake):
+    lines = ["hello from rank 0", *("[rank0]: " + s for s in _steps(5)), json.dumps({"kind": "summary", "steps": 5})]
+    fake("import os, sys, time\nassert os.environ['NCCL_NVLS_ENABLE'] == '0'\n"
+         "assert 0 <= time.time() - float(os.environ['MEGALAB_LAUNCH_T']) < 60\n"
+         f"print('\\n'.join({lines!r}))\nprint('a warning', file=sys.stderr)")
+    out = launch.launch(CFG, runs_root=tmp_path, progress=False)
+    assert out.status == "ok" and out.ok and out.returncode == 0 and out.error is None
+    assert out.run_dir.parent == tmp_path and out.run_dir.name.startswith(CFG.label + "-")
+    assert RunConfig.from_json((out.run_dir / "config.json").read_text()) == CFG
+    log = (out.run_dir / "log.txt").read_text()
+    assert "hello from rank 0" in log and "a warning" in log  # stdout and stderr, together
+    assert len((out.run_dir / "metrics.jsonl").read_text().splitlines()) == 6
+    assert [s["step"] for s in out.parsed.steps] == list(range(5)) and out.parsed.summary["steps"] == 5
+
+
+def test_launch_progress_bar(tmp_path, fake, capsys):
+    fake(f"print('\\n'.join({_steps(5)!r}))")
+    out = launch.launch(CFG, runs_root=tmp_path, progress=True)
+    assert out.ok
+    assert "5/5" in capsys.readouterr().err  # tqdm in a terminal
+
+
+def test_launch_oom_is_a_result(tmp_path, fake):
+    log = DATA / "handmade_log_oom.txt"
+    fake(f"import sys\nsys.stderr.write(open({str(log)!r}).read())\nsys.exit(1)")
+    out = launch.launch(CFG, runs_root=tmp_path, progress=False)
+    assert out.status == "oom" and out.error["rank"] == 1 and out.returncode == 1
+
+
+def test_launch_exit_0_without_steps_is_failed(tmp_path, fake):
+    fake("print('nothing')")
+    out = launch.launch(CFG, runs_root=tmp_path, progress=False)
+    assert out.status == "failed" and "no steps" in out.error["message"]
+
+
+def test_timeout_kills_the_whole_group(tmp_path, fake):
+    pidfile = tmp_path / "grandchild.pid"
+    fake("import subprocess, sys, time\n"
+         "p = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+         "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)'])\n"
+         f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
+         "print('started', flush=True)\ntime.sleep(60)")
+    t0 = time.time()
+    out = launch.launch(CFG, runs_root=tmp_path / "runs", progress=False, timeout_s=1.5)
+    assert out.status == "timeout" and time.time() - t0 < 20
+    pid = int(pidfile.read_text())
+    time.sleep(0.2)
+    assert not _alive(pid)  # the grandchild (a "rank") ignored SIGTERM and still died
+
+
+def _alive(pid):
+    try:  # a killed orphan may linger as a zombie until init reaps it: that is not alive
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] not in "ZX"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def test_dry_run_passes_the_flag(tmp_path, fake):
+    fake("import sys\nprint('args', sys.argv[1:])")
+    out = launch.launch(CFG, runs_root=tmp_path, progress=False, dry_run=True)
+    assert out.ok and "--dry-run" in (out.run_dir / "log.txt").read_text()
+
+
+def test_run_dirs_are_unique(tmp_path):
+    a, b = launch.new_run_dir(CFG, tmp_path), launch.new_run_dir(CFG, tmp_path)
+    assert a != b and a.is_dir() and b.is_dir()
+
+
+# -- slurm -----------------------------------------------------------------------------------------
+def test_slurm_script():
+    cfg = CFG.replace(gpus=16, tp=4, pp=2, gbs=16)
+    text = launch.slurm_script(cfg, nodes=2, partition="gpu", account="lab", time="00:30:00")
+    assert text.startswith("#!/bin/bash\n")
+    for s in ("#SBATCH --nodes=2", "#SBATCH --gpus-per-node=8", "#SBATCH --partition=gpu",
+              "#SBATCH --account=lab", "#SBATCH --time=00:30:00", "export NCCL_NVLS_ENABLE=0",
+              "TORCH_SYMM_MEM_DISABLE_MULTICAST=1", "NVSHMEM_DISABLE_NVLS=1", '--nnodes "$SLURM_NNODES"',
+              "--nproc_per_node 8", '--rdzv-endpoint "$head:29500"', "-m megalab.train", "--tp 4 --pp 2"):
+        assert s in text, s
+    assert text.splitlines()[-1].endswith('--run-dir "$run_dir"')
+    with pytest.raises(ValueError, match="make them equal"):
+        launch.slurm_script(cfg, nodes=2, gpus_per_node=4)

@@ -1,0 +1,65 @@
+"""reproduce: toc order, chapter picking, papermill with this interpreter's kernel, resuming, and the
+Sphinx hook that substitutes executed copies."""
+import json
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from megalab import reproduce
+
+
+def _book(tmp_path, body="import sys\nprint(sys.executable)"):
+    (tmp_path / "_toc.yml").write_text(
+        "format: jb-book\nroot: book/intro\nchapters:\n  - file: book/planner\n"
+        "  - file: book/00_know_your_machine/know\n  - file: book/glossary\n")
+    (tmp_path / "book" / "00_know_your_machine").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "book" / "intro.md").write_text("# Intro\n")
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell('mode: str = "auto"   # how to run')
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell(body)]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    for path in ("book/planner.ipynb", "book/00_know_your_machine/know.ipynb"):
+        nbformat.write(nb, tmp_path / path)
+    return tmp_path
+
+
+def test_notebooks_in_toc_order_and_by_chapter(tmp_path):
+    root = _book(tmp_path)
+    assert [p.as_posix() for p in reproduce.notebooks(root=root)] == [
+        "book/planner.ipynb", "book/00_know_your_machine/know.ipynb"]
+    assert reproduce.notebooks(["00"], root=root) == [Path("book/00_know_your_machine/know.ipynb")]
+    assert reproduce.notebooks(["planner"], root=root) == [Path("book/planner.ipynb")]
+    with pytest.raises(ValueError, match="pick from"):
+        reproduce.notebooks(["07"], root=root)
+
+
+def test_kernelspec_runs_this_interpreter(tmp_path):
+    spec = reproduce.kernel_dir(tmp_path) / "kernels" / "python3" / "kernel.json"
+    assert json.loads(spec.read_text())["argv"][0] == sys.executable
+
+
+@pytest.mark.timeout(120)
+def test_reproduce_executes_resumes_and_reports_failure(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("MEGALAB_RESULTS", str(tmp_path / "results"))
+    root = _book(tmp_path)
+    assert reproduce.reproduce(["00"], mode="live", root=root) == 0
+    out = reproduce.executed_path("book/00_know_your_machine/know.ipynb", root)
+    nb = nbformat.read(out, as_version=4)
+    assert nb["metadata"]["papermill"]["parameters"] == {"mode": "auto"}   # live reads back records
+    printed = "".join(o.get("text", "") for c in nb["cells"] for o in c.get("outputs", []))
+    assert sys.executable in printed                                       # the venv's kernel ran it
+    assert reproduce.reproduce(["00"], mode="live", root=root) == 0
+    assert "up to date" in capsys.readouterr().out
+    _book(tmp_path, body="raise RuntimeError('boom')")
+    assert reproduce.reproduce(["00"], mode="cached", root=root) == 1
+    assert "FAILED" in capsys.readouterr().out
+
+
+def test_html_only_drops_plotly_mime_beside_html():
+    mime = reproduce.PLOTLY_MIME
+    nb = {"cells": [{"outputs": [{"data": {mime: {}, "text/html": "<div>"}}, {"data": {mime: {}}}]}]}
+    outs = reproduce._html_only(nb)["cells"][0]["outputs"]
+    assert list(outs[0]["data"]) == ["text/html"] and list(outs[1]["data"]) == [mime]

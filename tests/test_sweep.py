@@ -1,0 +1,97 @@
+"""sweep.py: bisection for the largest size that fits, and loss parity against one GPU."""
+
+import pytest
+
+from megalab import results, sweep
+from megalab.config import RunConfig
+from megalab.results import Result
+
+CFG = RunConfig(name="gpt-test", layers=4, hidden=256, heads=4, gpus=4, tp=2, mbs=2, gbs=16, impl="local")
+
+
+def _result(cfg, status="ok", losses=None, source="live", rid=None):
+    steps = list(range(len(losses or [])))
+    return Result({"id": rid or f"{cfg.key}-{status}", "label": cfg.label, "key": cfg.key, "status": status,
+                   "config": cfg.to_dict(), "summary": {"step_time_s": 0.1 * cfg.mbs},
+                   "series": {"step": steps, "loss": list(losses or [])}, "env": {}}, source)
+
+
+@pytest.fixture
+def fake_run(monkeypatch):
+    calls = []
+
+    def install(answer):
+        def run(cfg, mode="auto", tags=(), store=None, exclude=(), **kw):
+            calls.append((cfg, mode, list(tags), list(exclude)))
+            return answer(cfg, len(calls))
+        monkeypatch.setattr(results, "run", run)
+        return calls
+    return install
+
+
+def test_with_value_keeps_microbatches():
+    c = sweep.with_value(CFG, "mbs", 8)
+    assert (c.mbs, c.gbs, c.num_microbatches) == (8, 64, CFG.num_microbatches)
+    assert sweep.with_value(CFG, "seq", 4096).seq == 4096
+    with pytest.raises(ValueError):
+        sweep.with_value(CFG, "hidden", 1)
+
+
+@pytest.mark.parametrize("limit, expected", [(6, 6), (1, 1), (0, None), (64, 64), (33, 33)])
+def test_fit_bisects(fake_run, limit, expected):
+    calls = fake_run(lambda cfg, n: _result(cfg, "ok" if cfg.mbs <= limit else "oom"))
+    out = sweep.fit(CFG, "mbs", 1, 64, mode="live")
+    assert out.largest == expected
+    assert len(calls) <= 8  # log2(64) + 2
+    assert all(tags[0] == "fit" for _, _, tags, _ in calls)
+    table = out.table
+    assert list(table["mbs"]) == sorted(table["mbs"]) and set(table["fits"]) <= {True, False}
+    if expected:
+        assert table.loc[table["mbs"] == expected, "status"].item() == "ok"
+
+
+def test_fit_layers_respects_pipeline(fake_run):
+    cfg = CFG.replace(gpus=4, tp=1, pp=4, layers=8)
+    calls = fake_run(lambda c, n: _result(c, "ok" if c.layers <= 30 else "oom"))
+    out = sweep.fit(cfg, "layers", 4, 64)
+    assert out.largest == 28 and all(c.layers % 4 == 0 for c, *_ in calls)
+
+
+def test_reference_of():
+    ref = sweep.reference_of(CFG.replace(sp=True, dist_opt=True, pp=2, gpus=8, vpp=2, layers=8))
+    assert (ref.gpus, ref.tp, ref.pp, ref.vpp, ref.cp, ref.dp, ref.sp, ref.dist_opt) == (1, 1, 1, 1, 1, 1, False, False)
+    assert (ref.mbs, ref.gbs, ref.num_microbatches) == (2, 16, 8) and ref.seed == CFG.seed
+
+
+def _parity_answer(ref_noise, layout_shift):
+    base = [10.0, 9.0, 8.2, 7.7, 7.5]
+
+    def answer(cfg, n):
+        if cfg.gpus == 1:
+            return _result(cfg, losses=[x + ref_noise * (n - 1) for x in base], rid=f"ref{n}")
+        return _result(cfg, losses=[x + layout_shift * i for i, x in enumerate(base)], rid="layout")
+    return answer
+
+
+def test_parity_passes_within_band(fake_run):
+    calls = fake_run(_parity_answer(ref_noise=0.01, layout_shift=0.005))
+    out = sweep.parity(CFG, mode="cached")
+    assert out.passes and out.spread == pytest.approx(0.01)
+    assert out.band == pytest.approx(max(3 * 0.01, sweep.PARITY_FLOOR))
+    assert out.max_abs_diff == pytest.approx(0.02)
+    assert list(out.series.columns) == ["step", "reference", "reference_2", "layout", "abs_diff"]
+    assert [c.gpus for c, *_ in calls] == [1, 1, 4] and calls[1][3] == ["ref1"]  # distinct repeats
+    assert all("parity" in tags for _, _, tags, _ in calls)
+
+
+def test_parity_fails_on_drift(fake_run):
+    fake_run(_parity_answer(ref_noise=0.0, layout_shift=0.1))
+    out = sweep.parity(CFG)
+    assert not out.passes and out.band == sweep.PARITY_FLOOR and out.max_abs_diff == pytest.approx(0.4)
+    assert "FAILS" in repr(out)
+
+
+def test_parity_failed_run(fake_run):
+    fake_run(lambda cfg, n: _result(cfg, "oom") if cfg.gpus > 1 else _result(cfg, losses=[1.0], rid=str(n)))
+    out = sweep.parity(CFG)
+    assert not out.passes and "oom" in out.reason
