@@ -70,7 +70,11 @@ def cmd_run(ns) -> int:
     if ns.dry_run:
         return _dry_run(cfg, ns)
     from megalab.results import run
-    result = run(cfg, mode=ns.mode, tags=ns.tag, timeout_s=ns.timeout, progress=not ns.json, quiet=ns.json)
+    launch_kw = {"extra": ["--profile"] if ns.profile else []}
+    if ns.nnodes > 1:
+        launch_kw.update(nnodes=ns.nnodes, node_rank=ns.node_rank, rdzv_endpoint=ns.rdzv_endpoint)
+    result = run(cfg, mode=ns.mode, tags=ns.tag, timeout_s=ns.timeout, progress=not ns.json, quiet=ns.json,
+                 launch_kw=launch_kw)
     if ns.json:
         print(_json({**result.record, "source": result.source}))
     else:
@@ -211,6 +215,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds before the run is stopped")
     s.add_argument("--tag", action="append", default=[], help="tag stored with the record (repeatable)")
     s.add_argument("--json", action="store_true", help="print the record as JSON")
+    s.add_argument("--profile", action="store_true", help="torch.profiler trace of steps 5-7 into the run folder")
+    s.add_argument("--nnodes", type=int, default=1, help="nodes taking part (multi-node: run once per node)")
+    s.add_argument("--node-rank", type=int, default=0, help="this node's rank (node 0 records the result)")
+    s.add_argument("--rdzv-endpoint", help="host:port of the rendezvous (node 0's address)")
 
     s = cmd("results", cmd_results, "list recorded results, or import records from another store file")
     s.add_argument("--label", help="keep labels containing this text")

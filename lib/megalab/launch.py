@@ -185,7 +185,7 @@ def launch(cfg, runs_root=None, timeout_s: float = DEFAULT_TIMEOUT_S, progress: 
         cfg.validate()
         extra = ["--dry-run", *extra]
     else:
-        check(cfg, nproc_per_node if nnodes > 1 else None)
+        check(cfg, (nproc_per_node or cfg.gpus // nnodes) if nnodes > 1 else None)
     run_dir = new_run_dir(cfg, runs_root)
     cmd = torchrun_command(cfg, run_dir, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
                            nproc_per_node=nproc_per_node, extra=extra)

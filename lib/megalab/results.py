@@ -410,15 +410,18 @@ def _predict(cfg, gpu_name: str | None) -> dict:
     return json.loads(json.dumps(_clean(plan), default=str))  # plain JSON: numbers, strings, dicts
 
 
-def _live(cfg, store: Store, tags, timeout_s, progress) -> Result:
+def _live(cfg, store: Store, tags, timeout_s, progress, launch_kw=None) -> Result:
     from megalab import launch
     from megalab.env import git_commit
 
-    outcome = launch.launch(cfg, timeout_s=timeout_s, progress=progress)
+    launch_kw = launch_kw or {}
+    outcome = launch.launch(cfg, timeout_s=timeout_s, progress=progress, **launch_kw)
     env = (outcome.parsed.summary or {}).get("env") if outcome.parsed else None
     gpu = (env or {}).get("gpu_name") or _local_hardware()[0]
     record = make_record(cfg, outcome, predicted=_predict(cfg, gpu), env=env, git_commit=git_commit(),
                          tags=tags)
+    if launch_kw.get("node_rank", 0) > 0:  # multi-node: node 0 records the run, the others only take part
+        return Result(record, "live")
     return Result(store.append(record), "live")
 
 
@@ -446,20 +449,22 @@ def select(cfg, mode: str, store: Store, gpu_name: str | None, gpus: int, te: bo
 
 def run(cfg, mode: str = "auto", tags: Iterable[str] = (), store: Store | str | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S, progress: bool = True, exclude: Iterable[str] = (),
-        quiet: bool = False) -> Result:
+        quiet: bool = False, launch_kw: dict | None = None) -> Result:
     """Measure a configuration, or read its recorded measurement.
 
     mode="live": launch it on this machine and append the record (OOM and other failures are
     recorded too: they are results). mode="cached": the newest record of this configuration, any
     status, else NotRecorded. mode="auto": a record from this GPU model, else a live run when this
     machine has the GPUs (and Transformer Engine if needed), else the newest reference record.
-    `exclude` skips record ids (parity uses it to read distinct repeats). Prints one line saying
-    which source answered.
+    `exclude` skips record ids (parity uses it to read distinct repeats). `launch_kw` goes to
+    launch.launch (nnodes, node_rank, rdzv_endpoint, extra trainer flags such as --profile).
+    Prints one line saying which source answered.
     """
     store = _store(store)
     gpu_name, gpus, te = _local_hardware() if mode != "cached" else (None, 0, False)
     source, record = select(cfg, mode, store, gpu_name, gpus, te, exclude)
-    result = _live(cfg, store, list(tags), timeout_s, progress) if source == "live" else Result(record, source)
+    result = (_live(cfg, store, list(tags), timeout_s, progress, launch_kw) if source == "live"
+              else Result(record, source))
     if not quiet:
         print(result.describe())
     return result

@@ -67,7 +67,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def checked_config(args) -> "RunConfig":  # noqa: F821
+def checked_config(args):
     """RunConfig from the flags, gpus = world size; InvalidLayout says what to change."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     cfg = config_from_args(args)
@@ -358,29 +358,86 @@ def budget(cfg, params_per_rank: list[int]) -> dict:
             "num_microbatches": cfg.num_microbatches, "config": cfg.to_dict()}
 
 
-def gather_ints(value: int, device) -> list[int]:
+def all_gather(value: float, device, dtype="float64") -> list:
+    """value from every rank, in rank order (a CPU-GPU sync point)."""
     import torch
-    out = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(torch.distributed.get_world_size())]
-    torch.distributed.all_gather(out, torch.tensor([value], dtype=torch.int64, device=device))
-    return [int(t.item()) for t in out]
+    dtype = getattr(torch, dtype)
+    out = [torch.zeros(1, dtype=dtype, device=device) for _ in range(torch.distributed.get_world_size())]
+    torch.distributed.all_gather(out, torch.tensor([value], dtype=dtype, device=device))
+    return [t.item() for t in out]
 
 
-def profile_summary(prof) -> dict:
-    """Kernel time by category over the profiled steps: nccl, gemm, attention, other (seconds)."""
+def reduced_loss(losses: list) -> float | None:
+    """Mean lm loss per token over the global batch, as Megatron-LM's train_step: sums over dp*cp."""
     import torch
-    cats = {"nccl": 0.0, "gemm": 0.0, "attention": 0.0, "other": 0.0}
-    for e in prof.key_averages():
-        if e.device_type != torch.autograd.DeviceType.CUDA:
-            continue
-        us = getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0)
-        k = e.key.lower()
-        cat = ("nccl" if "nccl" in k else
-               "gemm" if any(s in k for s in ("gemm", "cutlass", "nvjet", "xmma", "cublas", "sm90_")) else
-               "attention" if any(s in k for s in ("flash", "fmha", "attn", "sdpa", "softmax")) else "other")
-        cats[cat] += us / 1e6
-    steps = PROFILE_STEPS[1] - PROFILE_STEPS[0]
-    return {"steps": list(range(*PROFILE_STEPS)), "kernel_s": cats,
-            "kernel_s_per_step": {k: v / steps for k, v in cats.items()}}
+    from megatron.core import parallel_state as ps
+    if not ps.is_pipeline_last_stage(ignore_virtual=True):
+        return None
+    val = torch.vstack([x["lm loss"].view(-1) for x in losses]).sum(dim=0).float()
+    torch.distributed.all_reduce(val, group=ps.get_data_parallel_group(with_context_parallel=True))
+    return float(val[0] / val[1])
+
+
+def peak_memory_gib(device) -> list[float]:
+    """Peak allocated and reserved GiB, max over all ranks (a CPU-GPU sync point)."""
+    import torch
+    t = torch.tensor([torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()],
+                     dtype=torch.float64, device=device) / GIB
+    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+    return t.tolist()
+
+
+def profiler(run_dir: str):
+    """torch.profiler over steps 5-7 (rank 0): trace_rank0.json, and profile_summary.json with the
+    kernel seconds per step by category (nccl, gemm, attention, other)."""
+    import torch
+
+    def category(kernel: str) -> str:
+        k = kernel.lower()
+        return ("nccl" if "nccl" in k else
+                "gemm" if any(s in k for s in ("gemm", "cutlass", "nvjet", "xmma", "cublas")) else
+                "attention" if any(s in k for s in ("flash", "fmha", "attn", "sdpa", "softmax")) else "other")
+
+    def write(prof):
+        os.makedirs(run_dir, exist_ok=True)
+        prof.export_chrome_trace(os.path.join(run_dir, "trace_rank0.json"))
+        seconds = dict.fromkeys(("nccl", "gemm", "attention", "other"), 0.0)
+        for e in prof.key_averages():
+            if e.device_type == torch.autograd.DeviceType.CUDA:
+                seconds[category(e.key)] += e.self_device_time_total / 1e6 / (PROFILE_STEPS[1] - PROFILE_STEPS[0])
+        with open(os.path.join(run_dir, "profile_summary.json"), "w") as f:
+            json.dump({"steps": list(range(*PROFILE_STEPS)), "kernel_s_per_step": seconds}, f, indent=1)
+
+    first, end = PROFILE_STEPS
+    return torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA],
+        schedule=torch.profiler.schedule(wait=first - 1, warmup=1, active=end - first, repeat=1),
+        on_trace_ready=write)
+
+
+def peak_tflops() -> float | None:
+    """Dense bf16 peak of this GPU (megalab.hardware), None if the table does not know it."""
+    import torch
+    from megalab import hardware
+    try:
+        return hardware.gpu_spec(torch.cuda.get_device_name()).peak_bf16_tflops
+    except hardware.UnknownGPU:
+        return None
+
+
+def _patch_moe_router_without_te(cfg) -> None:
+    """megatron-core 0.16.1 bug: without Transformer Engine the MoE router's gating GEMM reads a name that
+    was never defined (moe_utils.te_general_gemm -> NameError at the first forward). Define it as None,
+    the value the code tests for when TE is absent (seen on the GPU host: local spec, EP=4)."""
+    if cfg.experts and importlib.util.find_spec("transformer_engine") is None:
+        from megatron.core.transformer.moe import moe_utils
+        if not hasattr(moe_utils, "te_general_gemm"):
+            moe_utils.te_general_gemm = None
+
+
+def is_oom(e: BaseException) -> bool:
+    import torch
+    return isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e) or "CUBLAS_STATUS_ALLOC_FAILED" in str(e)
 
 
 # -- main -----------------------------------------------------------------------------------------
@@ -399,9 +456,9 @@ def main(argv=None) -> None:
     try:
         train(cfg, args, rank)
     except Exception as e:
-        if not _is_oom(e):
+        if not is_oom(e):
             raise
-        # one line per rank, then die hard: the peers may hang in NCCL; torchrun then kills them
+        # one line per rank, then die at once: peers may hang in NCCL until torchrun kills them
         emit({"kind": "error", "status": "oom", "rank": rank, "error_type": "OutOfMemoryError",
               "message": str(e)[:500]})
         sys.stderr.flush()
@@ -411,17 +468,13 @@ def main(argv=None) -> None:
 def train(cfg, args, rank: int) -> None:
     import torch
     from megatron.core import parallel_state as ps
-    from megatron.core.distributed import DistributedDataParallel, finalize_model_grads
-    from megatron.core.optimizer import get_megatron_optimizer, get_standard_config_overrides
-    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler, get_canonical_lr_for_logging
-    from megatron.core.pipeline_parallel import get_forward_backward_func
-    from megatron.core.transformer.module import Float16Module
 
     device = initialize_distributed(cfg, args.dry_run)
     config, ddp_config, optim_config = megatron_configs(cfg, args.dry_run)
+    _patch_moe_router_without_te(cfg)
     chunks = build_chunks(cfg, config, args.dry_run)
     n_params = sum(p.numel() for c in chunks for p in c.parameters())
-    per_rank = gather_ints(n_params, device)
+    per_rank = [int(n) for n in all_gather(n_params, device, "int64")]
 
     if args.dry_run:  # count (and, for small models, run the layout-invariant init on CPU), then stop
         small = theory.params(cfg)["total"] <= 50_000_000
@@ -434,6 +487,12 @@ def train(cfg, args, rank: int) -> None:
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
         return
+
+    from megatron.core.distributed import DistributedDataParallel, finalize_model_grads
+    from megatron.core.optimizer import get_megatron_optimizer, get_standard_config_overrides
+    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler, get_canonical_lr_for_logging
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+    from megatron.core.transformer.module import Float16Module
 
     if cfg.init == "layout_invariant":
         init_layout_invariant(chunks, cfg, device)
@@ -456,7 +515,7 @@ def train(cfg, args, rank: int) -> None:
     # and the grad finalisation that forward_backward_func calls at its end.
     config.grad_scale_func = optimizer.scale_loss
     one = lambda fns: fns[0] if len(fns) == 1 else fns  # noqa: E731
-    if cfg.overlap:
+    if ddp_config.overlap_grad_reduce:
         config.no_sync_func = one([m.no_sync for m in model])
         config.grad_sync_func = one([m.start_grad_sync for m in model])
     if ddp_config.align_param_gather:
@@ -470,12 +529,14 @@ def train(cfg, args, rank: int) -> None:
 
     loss_owner = (ps.is_pipeline_last_stage(ignore_virtual=True) and ps.get_tensor_model_parallel_rank() == 0
                   and ps.get_data_parallel_rank(with_context_parallel=True) == 0)
-    prof = _profiler(args.run_dir or ".") if args.profile and rank == 0 else None
+    prof = profiler(args.run_dir or ".") if args.profile and rank == 0 else None
     if rank == 0:
         emit(budget(cfg, per_rank))
+    if prof is not None:
+        prof.start()
     for m in model:
         m.train()
-    startup_s, flops, peak = None, theory.flops_per_step(cfg), _peak_tflops()
+    startup_s, flops, peak = None, theory.flops_per_step(cfg), peak_tflops()
     for step in range(cfg.iters):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -497,10 +558,10 @@ def train(cfg, args, rank: int) -> None:
                 for m in model:
                     m.enable_forward_pre_hook()
                 config.param_sync_func = param_sync_func
-        loss = _reduced_loss(losses)  # CPU-GPU sync point (last stage): the logged loss
-        mem = _max_over_ranks([torch.cuda.max_memory_allocated() / GIB, torch.cuda.max_memory_reserved() / GIB])
+        loss = reduced_loss(losses)  # CPU-GPU sync point (last stage): the logged loss
+        mem = peak_memory_gib(device)
         if loss_owner:
-            tflops = flops / step_time / cfg.gpus / 1e12
+            tflops = flops / step_time / cfg.gpus / 1e12  # model FLOPs: recomputation not counted
             emit({"kind": "step", "step": step, "loss": loss, "grad_norm": grad_norm, "lr": lr,
                   "step_time_s": step_time, "tokens_per_s": cfg.gbs * cfg.seq / step_time,
                   "tflops_per_gpu": tflops, "mfu": tflops / peak if peak else None,
@@ -510,8 +571,8 @@ def train(cfg, args, rank: int) -> None:
 
     if prof is not None:
         prof.stop()
-    alloc = _gather_floats(torch.cuda.max_memory_allocated() / GIB)
-    reserved = _gather_floats(torch.cuda.max_memory_reserved() / GIB)
+    alloc = all_gather(torch.cuda.max_memory_allocated() / GIB, device)
+    reserved = all_gather(torch.cuda.max_memory_reserved() / GIB, device)
     if loss_owner:
         from megalab import env
         emit({"kind": "summary", "steps": cfg.iters, "startup_s": startup_s,
@@ -519,65 +580,6 @@ def train(cfg, args, rank: int) -> None:
               "env": env.fingerprint()})
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
-
-
-def _is_oom(e: BaseException) -> bool:
-    import torch
-    text = str(e)
-    return isinstance(e, torch.OutOfMemoryError) or "out of memory" in text or "CUBLAS_STATUS_ALLOC_FAILED" in text
-
-
-def _profiler(run_dir: str):
-    """torch.profiler over steps 5-7; writes trace_rank0.json and profile_summary.json to run_dir."""
-    import torch
-
-    def write(prof):
-        os.makedirs(run_dir, exist_ok=True)
-        prof.export_chrome_trace(os.path.join(run_dir, "trace_rank0.json"))
-        with open(os.path.join(run_dir, "profile_summary.json"), "w") as f:
-            json.dump(profile_summary(prof), f, indent=1)
-
-    first, end = PROFILE_STEPS
-    prof = torch.profiler.profile(
-        activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA],
-        schedule=torch.profiler.schedule(wait=first - 1, warmup=1, active=end - first, repeat=1),
-        on_trace_ready=write)
-    prof.start()
-    return prof
-
-
-def _peak_tflops() -> float | None:
-    import torch
-    from megalab import hardware
-    try:
-        return hardware.gpu_spec(torch.cuda.get_device_name()).peak_bf16_tflops
-    except hardware.UnknownGPU:
-        return None
-
-
-def _reduced_loss(losses: list) -> float | None:
-    """Mean lm loss per token over the global batch (Megatron-LM train_step): sum, tokens over dp*cp."""
-    import torch
-    from megatron.core import parallel_state as ps
-    if not ps.is_pipeline_last_stage(ignore_virtual=True):
-        return None
-    val = torch.vstack([x["lm loss"].view(-1) for x in losses]).sum(dim=0).float()
-    torch.distributed.all_reduce(val, group=ps.get_data_parallel_group(with_context_parallel=True))
-    return float(val[0] / val[1])
-
-
-def _max_over_ranks(values: list[float]) -> list[float]:
-    import torch
-    t = torch.tensor(values, dtype=torch.float64, device="cuda")
-    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
-    return t.tolist()
-
-
-def _gather_floats(value: float) -> list[float]:
-    import torch
-    out = [torch.zeros(1, dtype=torch.float64, device="cuda") for _ in range(torch.distributed.get_world_size())]
-    torch.distributed.all_gather(out, torch.tensor([value], dtype=torch.float64, device="cuda"))
-    return [float(t.item()) for t in out]
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
     python3 tools/gpu/pack.py tools/gpu/plans/smoke.txt [--gpus 4] [--timeout 300] [--serial]
 
-A plan file has one job per line: `<tag> <megalab run flags>` (blank lines and # comments skipped).
+A plan file has one job per line: `<tag> <megalab run flags>`, or `<tag> <subcommand> <flags>` for
+another megalab subcommand such as fit (blank lines and # comments skipped).
 Each job asks for cfg.gpus GPUs; jobs are started greedily, each with its own CUDA_VISIBLE_DEVICES,
 so four 1-GPU jobs or two 2-GPU jobs share the host. Records get the plan's tag plus "packed" when the
 job shared the host with another one: timings that a chapter quotes come from `--serial` plans.
@@ -51,8 +52,9 @@ def main(argv=None) -> int:
                 mine, free = free[:gpus], free[gpus:]
                 packed = not args.serial
                 tags = ["--tag", tag] + (["--tag", "packed"] if packed else [])
-                cmd = [sys.executable, "-m", "megalab", "run", *flags, "--mode", "live",
-                       "--timeout", str(args.timeout), *tags]
+                sub = ["run"] if flags[0].startswith("--") else [flags.pop(0)]  # e.g. "fit --vary mbs ..."
+                cmd = [sys.executable, "-m", "megalab", *sub, *flags, "--mode", "live",
+                       "--timeout", str(args.timeout), *(tags if sub == ["run"] else [])]
                 env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(map(str, mine))}
                 log = open(f"/tmp/pack-{len(running)}-{int(time.time()*1000)}.log", "w")
                 proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
