@@ -183,3 +183,11 @@ def test_params_lines_of_a_dry_run():
     log = "\n".join(json.dumps({"kind": "params", "rank": r, "tp_rank": r, "pp_rank": 0, "ep_rank": 0,
                                 "params": 100 + r, "init_checksum": None}) for r in range(2))
     assert [p["params"] for p in metrics.parse_log(log).params] == [100, 101]
+
+
+def test_real_failed_log_names_the_exception():
+    """log_failed.txt: captured on the 4xH200 host (megatron-core 0.16.1 MoE router without TE, fixed since)."""
+    text = (DATA / "log_failed.txt").read_text()
+    status, error = metrics.classify_failure(text, 1, False)
+    assert status == "failed"
+    assert "te_general_gemm" in error["message"]

@@ -261,3 +261,18 @@ def test_live_records_failures_too(tmp_path, monkeypatch):
     [rec] = Store(tmp_path).load()
     assert rec["status"] == "oom" and rec["tags"] == ["x"] and rec["run_dir"] == str(tmp_path / "run")
     assert rec["predicted"]  # theory numbers are stored beside the measurement
+
+
+def test_errata_retract_records_without_touching_them(tmp_path):
+    """An erratum hides a record from lookups; runs.jsonl itself is never rewritten."""
+    import json
+
+    from megalab.results import Store
+    store = Store(tmp_path)
+    kept = store.append({"key": "k", "label": "x", "recorded_at": "2026-01-01T00:00:00Z", "status": "ok"})
+    bad = store.append({"key": "k", "label": "x", "recorded_at": "2026-01-02T00:00:00Z", "status": "ok"})
+    before = (tmp_path / "runs.jsonl").read_bytes()
+    (tmp_path / "errata.jsonl").write_text(json.dumps({"ids": [bad["id"]], "reason": "bug"}) + "\n")
+    assert store.errata() == {bad["id"]: "bug"}
+    assert [r["id"] for r in store.find("k")] == [kept["id"]]
+    assert (tmp_path / "runs.jsonl").read_bytes() == before

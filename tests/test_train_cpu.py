@@ -1,75 +1,58 @@
-"""The trainer on CPU: `--dry-run` builds Megatron's model shards with gloo, as the launcher starts it.
+"""The trainer on CPU, as torchrun starts it.
 
-Each run checks two things against the tensor-parallel-free, pipeline-free model:
-- parameters per rank equal `theory.params_per_rank` (what Megatron Core actually allocates);
-- the layout-invariant init: the per-rank checksums (each unique weight summed once) add up to the
-  same total in every layout, so global layer numbers, expert numbers and shard slices are right.
+1. `--dry-run` (what `megalab run --dry-run` uses): Megatron builds the model shards with gloo;
+   parameters per rank must equal `theory.params_per_rank`.
+2. The real training loop (DDP, distributed optimizer, 1F1B and interleaved schedules, MoE), run on
+   CPU by a test-only harness that sends Megatron's hard-coded CUDA calls to the CPU (this file is
+   also the torchrun worker: see `__main__` below). Layouts must give the same loss and grad norm
+   step by step as one process: the layout-invariant init, the data order and the TP attributes
+   that Megatron's grad norm relies on are all checked by that.
 """
 
+import contextlib
+import functools
 import json
+import subprocess
+import sys
 
 import pytest
 
-from megalab import theory
-from megalab.config import RunConfig
-from megalab.launch import launch
+from megalab import metrics, theory
+from megalab.config import RunConfig, config_to_args
 
 # Small enough for 4 processes on 2 cores; vocab 1024 is a multiple of 128*tp for tp <= 8.
 TINY = RunConfig(name="tiny", layers=4, hidden=128, heads=4, vocab=1024, seq=64, impl="local", iters=1)
-# The trickier weight layouts: SwiGLU's [gate; up] fc1, grouped-query QKV, RMSNorm, no biases.
+# The trickier weight layouts: SwiGLU's [gate; up] fc1, grouped-query QKV, RMSNorm (no biases), rope.
 LLAMA = TINY.replace(activation="swiglu", norm="RMSNorm", position="rope", query_groups=2)
-MOE = TINY.replace(experts=4, topk=2)
+LOOP = LLAMA.replace(hidden=64, seq=32, gbs=4, mbs=1, iters=3)
+MOE = LOOP.replace(experts=4, topk=2, moe_dispatcher="allgather")  # gloo has no uneven all-to-all
+TOL = dict(rel=2e-3)  # bf16 GEMMs split differently per layout; Adam amplifies it at high lr
 
 
-def dry_run(cfg, tmp_path) -> list[dict]:
+def _torchrun(nproc: int, entry: list[str], cfg, timeout=300) -> str:
+    from megalab.launch import child_env
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+           *entry, *config_to_args(cfg)]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), timeout=timeout)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
+    return out.stdout
+
+
+# -- 1. dry run -------------------------------------------------------------------------------------
+def test_dry_run_tp2_pp2_matches_theory(tmp_path):
+    from megalab.launch import launch
+    cfg = LLAMA.replace(gpus=4, tp=2, pp=2)
     outcome = launch(cfg, runs_root=tmp_path, progress=False, dry_run=True, timeout_s=300)
-    log = (outcome.run_dir / "log.txt").read_text()
-    assert outcome.status == "ok", log[-3000:]
-    rows = [json.loads(line[line.index("{"):]) for line in log.splitlines() if '"kind": "params"' in line]
-    return sorted(rows, key=lambda r: r["rank"])
-
-
-def checksum(rows) -> float:
-    return sum(r["init_checksum"] for r in rows)
-
-
-@pytest.fixture(scope="module")
-def tp2(tmp_path_factory):
-    """The reference layout for the others: tensor parallel only."""
-    cfg = LLAMA.replace(gpus=2, tp=2)
-    return cfg, dry_run(cfg, tmp_path_factory.mktemp("tp2"))
-
-
-def test_tensor_parallel(tp2):
-    cfg, rows = tp2
+    assert outcome.status == "ok", (outcome.run_dir / "log.txt").read_text()[-4000:]
+    rows = sorted(outcome.parsed.params, key=lambda r: r["rank"])
     assert [r["params"] for r in rows] == theory.params_per_rank(cfg)
-    assert [r["tp_rank"] for r in rows] == [0, 1]
+    assert [(r["tp_rank"], r["pp_rank"]) for r in rows] == [(0, 0), (1, 0), (0, 1), (1, 1)]  # tp-cp-ep-dp-pp
+    budget = outcome.parsed.budget
+    assert budget["params_per_rank"] == theory.params_per_rank(cfg) and budget["layout"] == theory.layout(cfg)
+    assert all(isinstance(r["init_checksum"], float) for r in rows)
 
 
-@pytest.mark.parametrize("layout", [dict(gpus=2, pp=2, vpp=2, gbs=2), dict(gpus=4, tp=2, pp=2)],
-                         ids=["pp2-vpp2", "tp2-pp2"])
-def test_pipeline_layouts_match_theory_and_init(layout, tmp_path, tp2):
-    cfg = LLAMA.replace(**layout)
-    rows = dry_run(cfg, tmp_path)
-    assert [r["params"] for r in rows] == theory.params_per_rank(cfg)
-    assert [(r["tp_rank"], r["pp_rank"]) for r in rows] == [  # Megatron's rank order tp-cp-ep-dp-pp
-        (r % cfg.tp, r // (cfg.gpus // cfg.pp)) for r in range(cfg.gpus)]
-    assert checksum(rows) == pytest.approx(checksum(tp2[1]), rel=1e-9, abs=1e-9)
-
-
-def test_expert_parallel(tmp_path):
-    cfg = MOE.replace(gpus=2, ep=2, gbs=2)
-    rows = dry_run(cfg, tmp_path)
-    assert [r["params"] for r in rows] == theory.params_per_rank(cfg)
-    assert [r["ep_rank"] for r in rows] == [0, 1]
-    one_gpu = dry_run(MOE.replace(gpus=1), tmp_path)
-    assert checksum(rows) == pytest.approx(checksum(one_gpu), rel=1e-9, abs=1e-9)
-
-
-def test_invalid_layout_is_one_json_line(tmp_path):
-    import subprocess
-    import sys
-
+def test_invalid_layout_is_one_json_line():
     from megalab.launch import child_env
     cmd = [sys.executable, "-m", "megalab.train", "--layers", "4", "--hidden", "128", "--heads", "3",
            "--impl", "local", "--dry-run"]
@@ -77,3 +60,126 @@ def test_invalid_layout_is_one_json_line(tmp_path):
     assert out.returncode == 2
     err = json.loads(out.stdout.strip().splitlines()[-1])
     assert err["kind"] == "error" and err["status"] == "invalid" and "heads" in err["message"]
+    assert "InvalidLayout" in out.stderr  # what metrics.classify_failure looks for
+
+
+# -- 2. the training loop ---------------------------------------------------------------------------
+def cpu_train(nproc: int, cfg) -> metrics.Parsed:
+    parsed = metrics.parse_log(_torchrun(nproc, [__file__], cfg))
+    assert len(parsed.steps) == cfg.iters and parsed.summary["steps"] == cfg.iters
+    assert parsed.budget["params_per_rank"] == theory.params_per_rank(cfg)
+    return parsed
+
+
+def curve(parsed, key):
+    return [s[key] for s in parsed.steps]
+
+
+@pytest.fixture(scope="module")
+def one_gpu():
+    return {"llama": cpu_train(1, LOOP.replace(gpus=1)), "moe": cpu_train(1, MOE.replace(gpus=1))}
+
+
+@pytest.mark.parametrize("model,layout", [
+    ("llama", dict(gpus=2, tp=2)),
+    ("llama", dict(gpus=2, pp=2, vpp=2)),
+    ("moe", dict(gpus=2, ep=2, dist_opt=True, overlap=True)),  # ep carved out of dp=2
+], ids=["tp2", "pp2-vpp2", "ep2-dp2-distopt-overlap"])
+def test_layouts_train_like_one_gpu(model, layout, one_gpu):
+    cfg = (LOOP if model == "llama" else MOE).replace(**layout)
+    run, ref = cpu_train(cfg.gpus, cfg), one_gpu[model]
+    assert curve(run, "loss") == pytest.approx(curve(ref, "loss"), **TOL)
+    assert curve(run, "grad_norm") == pytest.approx(curve(ref, "grad_norm"), **TOL)
+    assert curve(run, "lr") == pytest.approx(curve(ref, "lr"))
+    step = run.steps[-1]
+    assert step["step_time_s"] > 0 and step["tokens_per_s"] == pytest.approx(cfg.gbs * cfg.seq / step["step_time_s"])
+    assert len(run.summary["mem_allocated_peak_gib_per_rank"]) == cfg.gpus
+
+
+def test_first_loss_is_ln_vocab(one_gpu):
+    # the N(0, 0.02) init predicts (almost) uniformly over the 1024 tokens
+    assert curve(one_gpu["llama"], "loss")[0] == pytest.approx(6.931, abs=0.05)
+
+
+# -- the CPU harness (test-only) --------------------------------------------------------------------
+def _send_cuda_to_cpu() -> None:
+    """Patch torch and Megatron so the trainer's GPU path runs on CPU with gloo. Not for real runs."""
+    import torch
+    import torch.distributed as dist
+
+    def cpu(d):
+        return "cpu" if d is not None and (isinstance(d, int) or str(d).startswith("cuda")) else d
+
+    def fix(kw):
+        if "device" in kw:
+            kw["device"] = cpu(kw["device"])
+        return kw
+
+    for name in ("zeros", "ones", "empty", "tensor", "full", "arange", "zeros_like", "empty_like", "ones_like",
+                 "randn", "rand", "randint", "as_tensor"):
+        f = getattr(torch, name)
+        setattr(torch, name, functools.wraps(f)(lambda *a, _f=f, **kw: _f(*a, **fix(kw))))
+    gen = torch.Generator
+
+    class Generator(gen):
+        def __new__(cls, device="cpu"):
+            return gen(device=cpu(device))
+
+    class Event:
+        def __init__(self, *a, **k): pass
+        def record(self, *a, **k): pass
+        def synchronize(self): pass
+        def wait(self, *a, **k): pass
+        def query(self): return True
+
+    class Stream:
+        def __init__(self, *a, **k): pass
+        def wait_stream(self, *a): pass
+        def synchronize(self): pass
+        def record_event(self, *a, **k): return Event()
+
+    to, ttype = torch.Tensor.to, torch.Tensor.type
+    torch.Generator = Generator
+    torch.Tensor.to = lambda self, *a, **k: to(self, *(cpu(x) if isinstance(x, (str, torch.device)) else x
+                                                        for x in a), **fix(k))
+    # Megatron's mixed-precision optimizer insists on torch.cuda.* tensor types
+    torch.Tensor.type = lambda self, *a, **k: (ttype(self).replace("torch.", "torch.cuda.", 1) if not a and not k
+                                               else ttype(self, *a, **k))
+    torch.Tensor.cuda = torch.Tensor.pin_memory = torch.nn.Module.cuda = lambda self, *a, **k: self
+    c = torch.cuda
+    c.current_device, c.set_device, c.synchronize = (lambda: "cpu"), (lambda *a, **k: None), (lambda *a, **k: None)
+    c.max_memory_allocated, c.max_memory_reserved = (lambda *a, **k: 2**30), (lambda *a, **k: 2**31)
+    c.get_device_name = lambda *a, **k: "NVIDIA H100 80GB HBM3"
+    c.Stream, c.Event, c.current_stream, c.stream = Stream, Event, (lambda *a, **k: Stream()), (
+        lambda *a, **k: contextlib.nullcontext())
+    c.get_rng_state, c.set_rng_state = (lambda *a, **k: torch.get_rng_state()), (lambda *a, **k: None)
+    init = dist.init_process_group
+    dist.init_process_group = lambda backend=None, **kw: init("gloo", **kw)
+
+    import megatron.core.pipeline_parallel.schedules as schedules
+    import megatron.core.tensor_parallel as tp
+    import megatron.core.transformer.moe.moe_utils as moe_utils
+    from megatron.core.tensor_parallel import random as rng
+    rng.CudaRNGStatesTracker.fork = lambda self, *a, **k: contextlib.nullcontext()
+    rng.CudaRNGStatesTracker.get_states = lambda self: {}
+    rng.CudaRNGStatesTracker.set_states = lambda self, states: None
+    rng._get_cuda_rng_state = lambda *a, **k: torch.get_rng_state()
+    rng._set_cuda_rng_state = lambda *a, **k: None
+    tp.model_parallel_cuda_manual_seed = rng.model_parallel_cuda_manual_seed = lambda *a, **k: None
+    moe_utils.te_general_gemm = None  # MC 0.16.1 names it even without TE
+    # gloo sends read CPU memory from a background thread: keep freed pipeline outputs alive (with
+    # NCCL, the stream-ordered allocator makes Megatron's early free safe)
+    keep, deallocate = [], schedules.deallocate_output_tensor
+
+    def deallocate_later(out, deallocate_pipeline_outputs=False):
+        if out is not None:
+            keep.append(out.data)
+        deallocate(out, deallocate_pipeline_outputs)
+
+    schedules.deallocate_output_tensor = deallocate_later
+
+
+if __name__ == "__main__":  # torchrun worker: python -m torch.distributed.run ... test_train_cpu.py FLAGS
+    _send_cuda_to_cpu()
+    from megalab import train
+    train.main(sys.argv[1:])

@@ -124,7 +124,7 @@ class RunConfig:
             (self.dist_opt, "_distopt"), (self.overlap, "_overlap"),
             (self.recompute != "none", f"_rc-{self.recompute}"), (self.fp8, "_fp8"),
             (self.impl != "te", f"_{self.impl}"), (self.moe_dispatcher != "alltoall", f"_{self.moe_dispatcher}"),
-            (self.init != "layout_invariant", f"_init-{self.init}"),
+            (self.init != "layout_invariant", f"_init-{self.init}"), (self.dropout > 0, f"_drop{self.dropout:g}"),
         ]
         return s + "".join(text for on, text in extras if on)
 

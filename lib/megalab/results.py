@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 SCHEMA = 1
-RUNS, BENCH = "runs.jsonl", "bench.jsonl"
+RUNS, BENCH, ERRATA = "runs.jsonl", "bench.jsonl", "errata.jsonl"
 MODES = ("live", "cached", "auto")
 SOURCES = ("live", "cached", "reference")
 DEFAULT_TIMEOUT_S = 1800
@@ -146,11 +146,16 @@ class Store:
         """Records in file order that match every filter (see `matches`)."""
         return [r for r in _read(self.path(kind), lock=True) if matches(r, **filters)]
 
+    def errata(self) -> dict[str, str]:
+        """Record id -> reason, from errata.jsonl: records found wrong after they were made. A record is
+        never edited or removed; an erratum (one line: {"ids": [...], "reason": ...}) retracts it instead."""
+        return {i: e.get("reason", "") for e in _read(self.root / ERRATA) for i in e.get("ids", [])}
+
     def find(self, cfg_or_key, gpu_name: str | None = None, status: str | None = None,
              exclude: Iterable[str] = ()) -> list[dict]:
-        """Records of this configuration (a RunConfig or its key), newest first."""
+        """Records of this configuration (a RunConfig or its key), newest first; retracted ones (errata) left out."""
         key = cfg_or_key if isinstance(cfg_or_key, str) else cfg_or_key.key
-        skip = set(exclude)
+        skip = set(exclude) | set(self.errata())
         found = [r for r in self.load(key=key, status=status) if r.get("id") not in skip
                  and (gpu_name is None or _same_gpu((r.get("env") or {}).get("gpu_name"), gpu_name))]
         order = {id(r): i for i, r in enumerate(found)}

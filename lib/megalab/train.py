@@ -29,24 +29,22 @@ queue, kernels start in issue order, so the TP/SP communication Megatron issues 
 before it and overlaps with it (Megatron-LM asserts it on Hopper). It costs DP-overlap freedom.
 """
 
+import argparse
+import contextlib
+import hashlib
+import importlib.util
+import json
+import math
+import os
+import re
+import sys
 import time
+from functools import partial
 
-_T0 = time.time()  # process start: startup_s runs from here (or from $MEGALAB_LAUNCH_T) to step 0's end
+from megalab import data, theory
+from megalab.config import InvalidLayout, add_config_args, config_from_args, hierarchical_cp
 
-import argparse  # noqa: E402
-import contextlib  # noqa: E402
-import hashlib  # noqa: E402
-import importlib.util  # noqa: E402
-import json  # noqa: E402
-import math  # noqa: E402
-import os  # noqa: E402
-import re  # noqa: E402
-import sys  # noqa: E402
-from functools import partial  # noqa: E402
-
-from megalab import data, theory  # noqa: E402
-from megalab.config import InvalidLayout, add_config_args, config_from_args, hierarchical_cp  # noqa: E402
-
+_T0 = time.time()  # start-up clock (torch and Megatron load later); $MEGALAB_LAUNCH_T wins if set
 GIB = 2**30
 MOE_AUX_LOSS_COEFF = 1e-2
 PROFILE_STEPS = (5, 8)  # profile steps 5, 6, 7
@@ -84,7 +82,10 @@ def checked_config(args):
 
 
 def megatron_configs(cfg, dry_run: bool = False):
-    """The one place Megatron's long names appear: RunConfig -> (TransformerConfig, DDP config, optimizer config)."""
+    """The one place Megatron's long names appear.
+
+    RunConfig -> (initialize_model_parallel kwargs, TransformerConfig, DDP config, optimizer config).
+    """
     import torch
     import torch.nn.functional as F
     from megatron.core.distributed import DistributedDataParallelConfig
@@ -105,19 +106,19 @@ def megatron_configs(cfg, dry_run: bool = False):
         # layout
         tensor_model_parallel_size=cfg.tp, pipeline_model_parallel_size=cfg.pp,
         virtual_pipeline_model_parallel_size=cfg.vpp if cfg.vpp > 1 else None,
-        context_parallel_size=cfg.cp, cp_comm_type=cfg.cp_comm,
-        hierarchical_context_parallel_sizes=_hierarchical(cfg),
+        context_parallel_size=cfg.cp, cp_comm_type=cfg.cp_comm, hierarchical_context_parallel_sizes=_hierarchical(cfg),
         expert_model_parallel_size=cfg.ep, expert_tensor_parallel_size=cfg.etp, sequence_parallel=cfg.sp,
         # precision
         bf16=True, params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16,
         fp8="hybrid" if cfg.fp8 else None, fp8_recipe="delayed", fp8_margin=0,
         fp8_amax_history_len=1024, fp8_amax_compute_algo="max",
-        # initialisation: ours re-draws every weight, so skip Megatron's (saves start-up time)
-        use_cpu_initialization=dry_run, perform_initialization=cfg.init == "megatron",
+        # Megatron's init also tags TP weights (tensor_model_parallel, partition_dim) for the grad
+        # norm and the optimizer, so it always runs on GPU; the dry run skips it (counts only)
+        use_cpu_initialization=dry_run, perform_initialization=not dry_run,
         # pipeline schedule, as Megatron-LM's defaults (arguments.py): interleaving overlaps p2p
         deallocate_pipeline_outputs=True, overlap_p2p_comm=cfg.vpp > 1, batch_p2p_comm=cfg.vpp == 1,
         # fusions (Megatron-LM defaults where the kernels exist on this machine)
-        bias_activation_fusion=swiglu or bias, bias_dropout_fusion=True,
+        bias_activation_fusion=swiglu or (bias and not moe), bias_dropout_fusion=True,  # experts fuse swiglu only
         masked_softmax_fusion=have("scaled_upper_triang_masked_softmax_cuda"),  # local attention only
         apply_rope_fusion=te and cfg.position == "rope", persist_layer_norm=te,
         # fused wgrad accumulation into fp32 main_grad: the output layer needs Apex's extension
@@ -127,11 +128,16 @@ def megatron_configs(cfg, dry_run: bool = False):
         # mixture of experts
         num_moe_experts=cfg.experts or None, moe_router_topk=cfg.topk,
         moe_ffn_hidden_size=cfg.moe_ffn_size if moe else None, moe_aux_loss_coeff=MOE_AUX_LOSS_COEFF if moe else 0.0,
-        moe_router_load_balancing_type="aux_loss", moe_token_dispatcher_type="allgather" if dry_run else cfg.moe_dispatcher,  # alltoall builds a CUDA
-        # stream in __init__; the dispatcher holds no parameters, so the dry run's counts are the same
-        moe_grouped_gemm=te and moe, moe_router_pre_softmax=cfg.topk == 1,
+        moe_router_load_balancing_type="aux_loss", moe_grouped_gemm=te and moe, moe_router_pre_softmax=cfg.topk == 1,
+        # alltoall makes a CUDA stream when built; dispatchers hold no parameters, so counts agree
+        moe_token_dispatcher_type="allgather" if dry_run else cfg.moe_dispatcher,
         **recompute[cfg.recompute],
     )
+    parallel = dict(
+        tensor_model_parallel_size=cfg.tp, pipeline_model_parallel_size=cfg.pp,
+        virtual_pipeline_model_parallel_size=cfg.vpp if cfg.vpp > 1 else None, context_parallel_size=cfg.cp,
+        hierarchical_context_parallel_sizes=_hierarchical(cfg),
+        expert_model_parallel_size=cfg.ep, expert_tensor_parallel_size=cfg.etp)
     ddp = DistributedDataParallelConfig(
         grad_reduce_in_fp32=True, overlap_grad_reduce=cfg.overlap,
         overlap_param_gather=cfg.overlap and cfg.dist_opt, use_distributed_optimizer=cfg.dist_opt,
@@ -140,7 +146,7 @@ def megatron_configs(cfg, dry_run: bool = False):
         optimizer="adam", lr=cfg.lr, min_lr=cfg.lr / 10, weight_decay=0.1, adam_beta1=0.9, adam_beta2=0.95,
         adam_eps=1e-8, clip_grad=1.0, bf16=True, params_dtype=torch.bfloat16,
         use_distributed_optimizer=cfg.dist_opt, overlap_param_gather=cfg.overlap and cfg.dist_opt)
-    return model, ddp, optim
+    return parallel, model, ddp, optim
 
 
 def _hierarchical(cfg):
@@ -149,7 +155,7 @@ def _hierarchical(cfg):
 
 
 # -- initialize_distributed -----------------------------------------------------------------------
-def initialize_distributed(cfg, dry_run: bool):
+def initialize_distributed(cfg, parallel: dict, dry_run: bool):
     """torch.distributed (NCCL on GPU, gloo on CPU) and Megatron's parallel groups; returns the device."""
     import torch
     from megatron.core import parallel_state as ps
@@ -163,11 +169,7 @@ def initialize_distributed(cfg, dry_run: bool):
         torch.cuda.set_device(device)
         torch.distributed.init_process_group("nccl")
         torch.backends.cuda.matmul.allow_tf32 = True  # fp32 leftovers (router, loss) on tensor cores
-        torch.backends.cudnn.allow_tf32 = True
-    ps.initialize_model_parallel(
-        cfg.tp, cfg.pp, cfg.vpp if cfg.vpp > 1 else None, context_parallel_size=cfg.cp,
-        hierarchical_context_parallel_sizes=_hierarchical(cfg),
-        expert_model_parallel_size=cfg.ep, expert_tensor_parallel_size=cfg.etp)
+    ps.initialize_model_parallel(**parallel)  # groups in Megatron's default order tp-cp-ep-dp-pp
     # Megatron-LM's _set_random_seed: a seed per pipeline stage; the tracker forks tp/ep streams
     seed = cfg.seed + 100 * ps.get_pipeline_model_parallel_rank()
     torch.manual_seed(seed)
@@ -448,7 +450,7 @@ def main(argv=None) -> None:
         cfg = checked_config(args)
     except InvalidLayout as e:  # before anything starts: no process group, no CUDA
         if rank == 0:
-            emit({"kind": "error", "status": "invalid", "message": str(e)})
+            emit({"kind": "error", "status": "invalid", "rank": rank, "message": str(e)})
             print(f"InvalidLayout: {str(e).splitlines()[0]}", file=sys.stderr, flush=True)
         sys.exit(2)
     if (cfg.tp > 1 or cfg.cp > 1) and not args.dry_run:
@@ -469,8 +471,8 @@ def train(cfg, args, rank: int) -> None:
     import torch
     from megatron.core import parallel_state as ps
 
-    device = initialize_distributed(cfg, args.dry_run)
-    config, ddp_config, optim_config = megatron_configs(cfg, args.dry_run)
+    parallel, config, ddp_config, optim_config = megatron_configs(cfg, args.dry_run)
+    device = initialize_distributed(cfg, parallel, args.dry_run)
     _patch_moe_router_without_te(cfg)
     chunks = build_chunks(cfg, config, args.dry_run)
     n_params = sum(p.numel() for c in chunks for p in c.parameters())
