@@ -1,0 +1,210 @@
+"""store.py: an append-only store that survives concurrent writers and kill -9, read tolerantly."""
+
+import json
+import multiprocessing
+import os
+import signal
+import time
+import warnings
+
+import pytest
+
+from megalab import metrics
+from megalab.config import RunConfig
+from megalab.launch import RunOutcome
+from megalab.store import Store, load, make_record, to_frame
+
+CFG = RunConfig(name="gpt-test", layers=4, hidden=256, heads=4, gpus=2, tp=2, mbs=2, gbs=8, impl="local")
+
+
+def _record(cfg=CFG, status="ok", gpu="NVIDIA H200", at="2025-11-21T10:00:00Z", **kw):
+    steps = [{"kind": "step", "step": i, "loss": 10.0 - i, "step_time_s": 0.5, "tflops_per_gpu": 100.0,
+              "mfu": 0.1} for i in range(6)]
+    outcome = RunOutcome(status, None if status == "ok" else {"message": status, "rank": 0, "detail": ""},
+                         metrics.Parsed(None, steps if status == "ok" else [], None), None, 0)
+    rec = make_record(cfg, outcome, predicted={"memory_gib": {"total": 3.5}, "flops_per_step": 1e12},
+                      env={"gpu_name": gpu, "gpu_count": 4}, git_commit="abc", tags=["t"])
+    rec["recorded_at"] = at
+    rec.update(kw)
+    return rec
+
+
+# -- append / load ---------------------------------------------------------------------------------
+def test_append_load_roundtrip_and_schema(tmp_path):
+    store = Store(tmp_path)
+    rec = store.append(_record())
+    assert (tmp_path / "runs.jsonl").read_bytes().count(b"\n") == 1
+    [back] = store.load()
+    assert back == rec
+    for name in ("schema", "id", "key", "label", "config", "status", "error", "summary", "series", "predicted",
+                 "env", "git_commit", "recorded_at", "tags", "run_dir"):
+        assert name in back
+    assert back["key"] == CFG.key and back["label"] == CFG.label and back["schema"] == 1
+    assert back["summary"]["step_time_s"] == 0.5 and back["series"]["loss"][0] == 10.0
+    assert store.load(kind="bench") == []
+
+
+def test_bench_records_go_to_bench_file(tmp_path):
+    store = Store(tmp_path)
+    store.append({"kind": "bench", "name": "matmul", "tflops": 780.0})
+    assert not (tmp_path / "runs.jsonl").exists()
+    assert store.load("bench")[0]["tflops"] == 780.0
+
+
+def test_non_finite_numbers_become_null(tmp_path):
+    store = Store(tmp_path)
+    store.append({"status": "ok", "summary": {"loss_last": float("nan"), "x": float("inf")}})
+    line = (tmp_path / "runs.jsonl").read_text()
+    assert "NaN" not in line and "Infinity" not in line
+    assert store.load()[0]["summary"] == {"loss_last": None, "x": None}
+
+
+def test_append_never_truncates(tmp_path):
+    store = Store(tmp_path)
+    for i in range(3):
+        store.append({"n": i})
+    before = (tmp_path / "runs.jsonl").read_bytes()
+    store.append({"n": 3})
+    after = (tmp_path / "runs.jsonl").read_bytes()
+    assert after.startswith(before) and len(after.splitlines()) == 4
+
+
+def _writer(root, worker, n):
+    store = Store(root)
+    for i in range(n):
+        store.append({"worker": worker, "i": i, "pad": "x" * (4096 * (1 + i % 5))})
+
+
+def test_concurrent_writers(tmp_path):
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_writer, args=(str(tmp_path), w, 50)) for w in range(8)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    raw = (tmp_path / "runs.jsonl").read_bytes().split(b"\n")
+    assert raw[-1] == b""
+    lines = [json.loads(x) for x in raw[:-1]]  # every line is one valid record
+    assert len(lines) == 400
+    assert {(r["worker"], r["i"]) for r in lines} == {(w, i) for w in range(8) for i in range(50)}
+    assert len({r["id"] for r in lines}) == 400
+
+
+def test_readers_never_see_half_a_record(tmp_path):
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_writer, args=(str(tmp_path), w, 30)) for w in range(4)]
+    for p in procs:
+        p.start()
+    store, seen = Store(tmp_path), 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a torn line would raise here
+        while any(p.is_alive() for p in procs) or seen < 120:
+            seen = len(store.load())
+    assert seen == 120
+
+
+def test_torn_last_line_is_isolated_and_reported(tmp_path):
+    store = Store(tmp_path)
+    store.append({"n": 0})
+    with open(tmp_path / "runs.jsonl", "ab") as f:  # what a writer killed mid-write leaves behind
+        f.write(b'{"n": 1, "pad": "xxxx')
+    with pytest.warns(UserWarning, match=r"runs.jsonl:2"):
+        assert [r["n"] for r in store.load()] == [0]
+    store.append({"n": 2})
+    lines = (tmp_path / "runs.jsonl").read_bytes().split(b"\n")
+    assert lines[1] == b'{"n": 1, "pad": "xxxx' and json.loads(lines[2])["n"] == 2
+    with pytest.warns(UserWarning):
+        assert [r["n"] for r in store.load()] == [0, 2]
+
+
+def _big_writer(root):
+    store = Store(root)
+    store.append({"n": "first"})
+    while True:
+        store.append({"n": "big", "pad": "y" * (8 << 20)})
+
+
+def test_kill_9_mid_write(tmp_path):
+    ctx = multiprocessing.get_context("fork")
+    p = ctx.Process(target=_big_writer, args=(str(tmp_path),))
+    p.start()
+    path = tmp_path / "runs.jsonl"
+    deadline = time.time() + 20
+    while time.time() < deadline and (not path.exists() or path.stat().st_size < (12 << 20)):
+        time.sleep(0.01)
+    os.kill(p.pid, signal.SIGKILL)
+    p.join(10)
+    torn = not path.read_bytes().endswith(b"\n")  # almost always: an 8 MiB write cut by SIGKILL
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        before = Store(tmp_path).load()
+    assert torn == any("torn or invalid" in str(w.message) for w in caught)
+    assert before[0]["n"] == "first" and all(r["n"] in ("first", "big") for r in before)
+    Store(tmp_path).append({"n": "after"})  # the dead writer's lock is gone with it
+    raw = path.read_bytes()
+    assert raw.endswith(b"\n") and json.loads(raw.split(b"\n")[-2])["n"] == "after"  # on its own line
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        after = Store(tmp_path).load()
+    assert after[: len(before)] == before and after[-1]["n"] == "after"
+
+
+# -- import ----------------------------------------------------------------------------------------
+def test_import_twice_adds_nothing_new(tmp_path):
+    other = Store(tmp_path / "host")
+    a, b = other.append(_record()), other.append(_record(status="oom"))
+    other.append({"kind": "bench", "name": "nccl"})
+    with open(other.path(), "a") as f:
+        f.write(json.dumps({"status": "ok", "label": "no id"}) + "\n")
+    mine = Store(tmp_path / "mine")
+    mine.append(a)  # already present: must not be duplicated or overwritten
+    assert mine.import_records(other.path()) == 2
+    assert mine.import_records(other.path()) == 0
+    assert mine.import_records(other.path("bench")) == 1
+    assert mine.import_records(other.path("bench")) == 0
+    ids = [r["id"] for r in mine.load()]
+    assert len(ids) == len(set(ids)) == 3 and {a["id"], b["id"]} <= set(ids)
+
+
+# -- find / filters / frame ------------------------------------------------------------------------
+def test_find_newest_first_and_filters(tmp_path):
+    store = Store(tmp_path)
+    old = store.append(_record(at="2025-01-01T00:00:00Z"))
+    new = store.append(_record(status="oom", at="2025-06-01T00:00:00Z", gpu="NVIDIA H100 80GB HBM3"))
+    store.append(_record(cfg=CFG.replace(mbs=4, gbs=16)))
+    assert [r["id"] for r in store.find(CFG)] == [new["id"], old["id"]]
+    assert [r["id"] for r in store.find(CFG.key, gpu_name="nvidia h200")] == [old["id"]]
+    assert [r["id"] for r in store.find(CFG, exclude=[new["id"]])] == [old["id"]]
+    assert len(store.load(tp=2)) == 3 and len(store.load(mbs=4)) == 1
+    assert len(store.load(status=("ok", "oom"))) == 3 and len(store.load(gpu_name="NVIDIA H200")) == 2
+    assert len(store.load(label=lambda s: "mbs4" in s)) == 1 and len(store.load(tag="t")) == 3
+    assert load(store=tmp_path, status="oom")[0]["id"] == new["id"]
+
+
+def test_to_frame_columns(tmp_path):
+    frame = to_frame([_record(), _record(status="oom")])
+    for col in ("label", "key", "status", "model", "tp", "pp", "dp", "mbs", "gbs", "num_microbatches",
+                "step_time_s", "mfu", "mem_reserved_peak_gib", "loss_last", "gpu_name",
+                "predicted_memory_gib_total", "predicted_flops_per_step", "error"):
+        assert col in frame.columns, col
+    assert list(frame.columns[:3]) == ["label", "key", "status"]
+    assert frame["dp"].tolist() == [1, 1] and frame["num_microbatches"].tolist() == [4, 4]
+    assert frame["status"].tolist() == ["ok", "oom"] and frame["error"].isna().tolist() == [True, False]
+
+
+def test_default_root_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("MEGALAB_RESULTS", str(tmp_path / "x"))
+    assert Store().root == tmp_path / "x"
+
+
+def test_errata_retract_records_without_touching_them(tmp_path):
+    """An erratum hides a record from lookups; runs.jsonl itself is never rewritten."""
+    store = Store(tmp_path)
+    kept = store.append({"key": "k", "label": "x", "recorded_at": "2026-01-01T00:00:00Z", "status": "ok"})
+    bad = store.append({"key": "k", "label": "x", "recorded_at": "2026-01-02T00:00:00Z", "status": "ok"})
+    before = (tmp_path / "runs.jsonl").read_bytes()
+    (tmp_path / "errata.jsonl").write_text(json.dumps({"ids": [bad["id"]], "reason": "bug"}) + "\n")
+    assert store.errata() == {bad["id"]: "bug"}
+    assert [r["id"] for r in store.find("k")] == [kept["id"]]
+    assert (tmp_path / "runs.jsonl").read_bytes() == before
