@@ -208,3 +208,15 @@ def test_errata_retract_records_without_touching_them(tmp_path):
     assert store.errata() == {bad["id"]: "bug"}
     assert [r["id"] for r in store.find("k")] == [kept["id"]]
     assert (tmp_path / "runs.jsonl").read_bytes() == before
+
+
+def test_provenance_groups_records_by_environment_and_commit():
+    from megalab.store import provenance
+    env = {"gpu_name": "NVIDIA H200", "gpu_count": 4, "driver": "580", "torch": "2.11.0"}
+    recs = [{"env": env, "git_commit": "a" * 40, "recorded_at": "2026-11-21T19:00:00Z"},
+            {"env": {**env, "gpu_count": 1}, "git_commit": "a" * 40, "recorded_at": "2026-11-21T19:05:00Z"},
+            {"env": {**env, "transformer_engine": "2.11.0"}, "git_commit": "b" * 40, "recorded_at": "2026-11-21T20:00:00Z"}]
+    df = provenance(recs)
+    assert list(df["records"]) == [2, 1]
+    assert df.loc[0, "gpus"] == [1, 4] and df.loc[0, "transformer_engine"] == "not installed"
+    assert df.loc[1, "git_commit"] == "b" * 12 and df.loc[1, "first"] == "2026-11-21T20:00:00Z"

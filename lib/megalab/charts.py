@@ -50,11 +50,10 @@ class _BookRenderer(PlotlyRenderer):
         return {**bundle, "text/html": html}
 
 
-def setup_notebook() -> str:
-    """Make notebook figures render both in JupyterLab and in the static HTML book; returns the name."""
+def setup_notebook() -> None:
+    """Make notebook figures render both in JupyterLab and in the static HTML book (renderer RENDERER)."""
     pio.renderers[RENDERER] = _BookRenderer()
     pio.renderers.default = RENDERER
-    return RENDERER
 
 
 # -- memory and time -------------------------------------------------------------------------------
@@ -239,4 +238,34 @@ def roofline(peak_tflops: float, bw_tbs: float, title: str = "Roofline") -> go.F
                        showarrow=False, yshift=20, textangle=-30)
     fig.add_annotation(x=math.log10(xs[-10]), y=math.log10(peak_tflops), text="compute-bound",
                        showarrow=False, yshift=12)
+    return fig
+
+
+# -- the trainer, proven ---------------------------------------------------------------------------
+def metric_vs(df, x: str, y: str, by: str | None = None, peer: dict | None = None,
+              peer_name: str = "peer", title: str | None = None, y_title: str | None = None) -> go.Figure:
+    """One measured metric `y` against a swept setting `x` (e.g. MFU against micro-batch size), one
+    line per value of the column `by`, and optionally another code's numbers {x: y} as star markers."""
+    fig = _figure(title or f"{y} against {x}", xaxis_title=x, yaxis_title=y_title or y)
+    groups = [(None, df)] if by is None else list(df.groupby(by, sort=True))
+    for i, (value, part) in enumerate(groups):
+        part = part.sort_values(x)
+        fig.add_scatter(x=part[x], y=part[y], mode="lines+markers", marker=dict(size=10, color=PALETTE[i]),
+                        name="measured" if by is None else f"{by} = {value}")
+    if peer:
+        fig.add_scatter(x=list(peer), y=list(peer.values()), mode="markers", name=peer_name,
+                        marker=dict(symbol="star", size=16, color="black"))
+    if y in ("mfu",) or (y_title or "").lower().startswith("mfu"):
+        fig.update_yaxes(tickformat=".0%")
+    return fig
+
+
+def distribution(values, target: float | None = None, x_title: str = "value",
+                 title: str = "Distribution", target_name: str = "target") -> go.Figure:
+    """Histogram of measured values, with a dashed vertical line at a target (e.g. a 20 s startup)."""
+    fig = _figure(title, xaxis_title=x_title, yaxis_title="runs", bargap=0.05)
+    fig.add_histogram(x=list(values), name="runs", marker_color=PALETTE[0])
+    if target is not None:
+        fig.add_vline(x=target, line_dash="dash", line_color=PALETTE[1],
+                      annotation_text=f"{target_name} {target:g}", annotation_position="top right")
     return fig

@@ -335,3 +335,22 @@ def make_record(cfg, outcome, predicted: dict | None = None, env: dict | None = 
         "tags": list(tags),
         "run_dir": str(outcome.run_dir) if outcome.run_dir is not None else None,
     }
+
+
+PROVENANCE = ("gpu_name", "interconnect", "driver", "cuda", "torch", "megatron_core", "transformer_engine", "python")
+
+
+def provenance(records: Iterable[dict]):
+    """Where records come from: one row per distinct environment fingerprint and git commit, with the
+    number of records, GPU counts seen and the first and last recording time (UTC)."""
+    import pandas as pd
+
+    rows = [{**{f: (r.get("env") or {}).get(f) for f in PROVENANCE},
+             "gpus": (r.get("env") or {}).get("gpu_count"), "git_commit": (r.get("git_commit") or "")[:12],
+             "recorded_at": r.get("recorded_at")} for r in records]
+    df = pd.DataFrame(rows, columns=[*PROVENANCE, "gpus", "git_commit", "recorded_at"])
+    keys = [*PROVENANCE, "git_commit"]
+    out = df.fillna({"transformer_engine": "not installed"}).groupby(keys, dropna=False).agg(
+        records=("recorded_at", "size"), gpus=("gpus", lambda s: sorted(set(s.dropna().astype(int)))),
+        first=("recorded_at", "min"), last=("recorded_at", "max"))
+    return out.reset_index().sort_values("first", ignore_index=True)
