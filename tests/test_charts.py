@@ -101,3 +101,17 @@ def test_roofline_ridge_point():
     assert max(y) == 989.0 and min(y) < 989.0
     assert fig.layout.shapes[0].x0 == pytest.approx(989.0 / 4.8)
     assert fig.layout.xaxis.type == "log"
+
+
+def test_metric_vs_one_line_per_group_and_peer_stars():
+    df = pd.DataFrame({"mbs": [1, 2, 4, 4], "mfu": [0.2, 0.3, 0.45, 0.44], "dropout": [0.0, 0.0, 0.0, 0.1]})
+    fig = charts.metric_vs(df, "mbs", "mfu", by="dropout", peer={4: 0.45}, peer_name="Megatron-LM")
+    assert [t.name for t in fig.data] == ["dropout = 0.0", "dropout = 0.1", "Megatron-LM"]
+    assert list(fig.data[0].x) == [1, 2, 4] and fig.data[2].marker.symbol == "star"
+    assert fig.layout.yaxis.tickformat == ".0%" and fig.layout.xaxis.title.text == "mbs"
+
+
+def test_distribution_histogram_with_target_line():
+    fig = charts.distribution([15.0, 21.0, 25.0], target=20, x_title="seconds")
+    assert fig.data[0].type == "histogram" and list(fig.data[0].x) == [15.0, 21.0, 25.0]
+    assert fig.layout.shapes[0].x0 == 20 and fig.layout.xaxis.title.text == "seconds"

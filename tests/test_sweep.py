@@ -95,3 +95,11 @@ def test_parity_failed_run(fake_run):
     fake_run(lambda cfg, n: _result(cfg, "oom") if cfg.gpus > 1 else _result(cfg, losses=[1.0], rid=str(n)))
     out = sweep.parity(CFG)
     assert not out.passes and "oom" in out.reason
+
+
+def test_reference_of_uses_the_default_dispatcher():
+    """With ep=1 the token dispatcher is irrelevant: every dispatcher's layout shares one reference."""
+    from megalab import presets
+    from megalab.sweep import reference_of
+    cfg = presets.get("moe-small").replace(gpus=4, ep=4, mbs=2, gbs=16)
+    assert reference_of(cfg.replace(moe_dispatcher="allgather")).key == reference_of(cfg).key

@@ -95,8 +95,11 @@ def fit(cfg, vary: str = "mbs", lo: int = 1, hi: int = 64, mode: str = "auto", s
 # -- parity ----------------------------------------------------------------------------------------
 def reference_of(cfg):
     """The single-GPU run of the same model, data, seed and global batch: every parallel size 1,
-    the same mbs (so more micro-batches: gbs/mbs), no sequence parallelism or optimizer sharding."""
-    return cfg.replace(gpus=1, tp=1, pp=1, vpp=1, cp=1, ep=1, etp=1, sp=False, dist_opt=False, overlap=False)
+    the same mbs (so more micro-batches: gbs/mbs), no sequence parallelism or optimizer sharding.
+    The token dispatcher moves tokens between expert-parallel ranks; with ep=1 every choice computes the
+    same thing, so the reference uses the default one (alltoall) and serves every dispatcher."""
+    return cfg.replace(gpus=1, tp=1, pp=1, vpp=1, cp=1, ep=1, etp=1, sp=False, dist_opt=False, overlap=False,
+                       moe_dispatcher="alltoall")
 
 
 @dataclass
