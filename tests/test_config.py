@@ -166,3 +166,11 @@ def test_config_to_args_round_trips(name, layout):
 
 def test_int_and_float_spellings_give_one_key():
     assert BASE.replace(lr=1).key == BASE.replace(lr=1.0).key and isinstance(BASE.replace(lr=1).lr, float)
+
+
+def test_vocab_must_split_evenly_over_tp():
+    """The trainer does not pad the vocabulary per tp (layout-invariant init): the rule is checked up front."""
+    from megalab import presets
+    cfg = presets.get("gpt-350m").replace(vocab=50257, gpus=2, tp=2, mbs=1, gbs=1)
+    msgs = [m for m in cfg.problems() if m.startswith("vocab=")]
+    assert msgs and "multiple of 128*tp" in msgs[0] and "50432" in msgs[0]

@@ -94,3 +94,21 @@ def test_store_names_are_re_exported():
     for name in ("Store", "load", "find", "import_records", "to_frame", "make_record", "utc_now", "matches",
                  "default_root", "RUNS", "BENCH", "ERRATA"):
         assert getattr(results, name) is getattr(store, name), name
+
+
+def test_a_transient_failure_never_hides_a_settled_record(tmp_path):
+    """ok/oom/invalid answer a lookup; a later timeout does not replace them, and auto retries it."""
+    from megalab import presets
+    from megalab.results import Store, select
+    cfg = presets.get("gpt-tiny").replace(impl="local")
+    store = Store(tmp_path)
+    env = {"gpu_name": "NVIDIA H200"}
+    ok = store.append({"key": cfg.key, "status": "ok", "env": env, "recorded_at": "2026-01-01T00:00:00Z"})
+    store.append({"key": cfg.key, "status": "timeout", "env": env, "recorded_at": "2026-01-02T00:00:00Z"})
+    store.append({"key": cfg.key, "status": "ok", "env": env, "tags": ["profile"], "recorded_at": "2026-01-03T00:00:00Z"})
+    assert select(cfg, "cached", store, None, 0, False)[1]["id"] == ok["id"]
+    assert select(cfg, "auto", store, "NVIDIA H200", 1, False)[1]["id"] == ok["id"]
+    only_timeout = Store(tmp_path / "t")
+    only_timeout.append({"key": cfg.key, "status": "timeout", "env": env, "recorded_at": "2026-01-02T00:00:00Z"})
+    assert select(cfg, "cached", only_timeout, None, 0, False)[1]["status"] == "timeout"
+    assert select(cfg, "auto", only_timeout, "NVIDIA H200", 1, False)[0] == "live"

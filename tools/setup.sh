@@ -7,7 +7,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-[ -x .venv/bin/python ] || "$PY" -m venv --system-site-packages .venv
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv --system-site-packages .venv || {
+    echo "setup: '$PY -m venv' failed: install the venv module (Debian/Ubuntu: apt install python3-venv)" >&2; exit 1; }
+fi
 . .venv/bin/activate
 stamp=.venv/.megalab-setup
 if [ -f "$stamp" ] && [ "$stamp" -nt pyproject.toml ] && python -c "import megalab, torch, megatron.core" 2>/dev/null; then
@@ -20,8 +23,16 @@ if ! python -c "import torch" 2>/dev/null; then
   elif curl -fsI --max-time 5 https://download.pytorch.org/whl/cpu/ >/dev/null 2>&1; then
     python -m pip install -q "${TORCH_SPEC:-torch==2.13.0}" --index-url https://download.pytorch.org/whl/cpu \
       --extra-index-url https://pypi.org/simple
-  else
-    python -m pip install -q "${TORCH_SPEC:-torch==2.13.0}"
+  else  # no CPU index: take what pip resolves, unless it would bring CUDA libraries along
+    report=$(mktemp)
+    python -m pip install -q --dry-run --ignore-installed --report "$report" "${TORCH_SPEC:-torch==2.13.0}"
+    if python -c "import json,sys; sys.exit(any(i['metadata']['name'].startswith('nvidia') for i in json.load(open('$report'))['install']))"; then
+      python -m pip install -q "${TORCH_SPEC:-torch==2.13.0}"
+    else
+      echo "setup: this machine has no NVIDIA GPU and pip would install a CUDA build of torch (gigabytes)." >&2
+      echo "       Install a CPU build first (https://pytorch.org, 'CPU'), or set TORCH_SPEC, then run make again." >&2
+      exit 1
+    fi
   fi
 fi
 python -m pip install -q -e ".[test]"

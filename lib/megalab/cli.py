@@ -73,7 +73,8 @@ def cmd_run(ns) -> int:
     launch_kw = {"extra": ["--profile"] if ns.profile else []}
     if ns.nnodes > 1:
         launch_kw.update(nnodes=ns.nnodes, node_rank=ns.node_rank, rdzv_endpoint=ns.rdzv_endpoint)
-    result = run(cfg, mode=ns.mode, tags=ns.tag, timeout_s=ns.timeout, progress=not ns.json, quiet=ns.json,
+    tags = [*ns.tag, "profile"] if ns.profile else ns.tag  # lookups skip profiled records
+    result = run(cfg, mode=ns.mode, tags=tags, timeout_s=ns.timeout, progress=not ns.json, quiet=ns.json,
                  launch_kw=launch_kw)
     if ns.json:
         print(_json({**result.record, "source": result.source}))

@@ -9,7 +9,7 @@ budget   rank 0, once, before step 0 -- what the run is about to do:
     {"kind": "budget", "layout": "TP(2)·PP(2)·CP(1)·EP(1)·DP(1)", "world_size": 4,
      "params_total": int, "params_per_rank": [int, ...], "tokens_per_step": int,
      "predicted_mem_gib": float, "num_microbatches": int, "config": {RunConfig dict}}
-step     the rank that owns the loss (last pipeline stage), every step:
+step     rank 0 (the last pipeline stage's loss reaches it), every step:
     {"kind": "step", "step": 10, "loss": 7.91, "grad_norm": 1.2, "lr": 3e-4,
      "step_time_s": 0.412, "tokens_per_s": 3.97e5, "tflops_per_gpu": 412.0, "mfu": 0.417,
      "mem_allocated_peak_gib": 21.3, "mem_reserved_peak_gib": 23.0}     (memory: max over ranks)
@@ -110,8 +110,9 @@ def _finite(values) -> list[float]:
 
 def summarize(steps: list[dict]) -> dict:
     """Median speed after warm-up, peak memory over all steps, first and last loss."""
-    if len(steps) > WARMUP_STEPS:
-        kept, policy = steps[WARMUP_STEPS:], f"drop_first_{WARMUP_STEPS}"
+    after = [s for s in steps if s.get("step", 0) >= WARMUP_STEPS]  # by step number: lines can be missing
+    if after:
+        kept, policy = after, f"drop_first_{WARMUP_STEPS}"
     else:
         kept, policy = steps[len(steps) // 2:], "last_half"  # too few steps to drop the warm-up
     out: dict = {}

@@ -123,6 +123,9 @@ def _live(cfg, store: Store, tags, timeout_s, progress, launch_kw=None) -> Resul
     return Result(store.append(record), "live")
 
 
+SETTLED = ("ok", "oom", "invalid")
+
+
 def select(cfg, mode: str, store: Store, gpu_name: str | None, gpus: int, te: bool,
            exclude: Iterable[str] = ()) -> tuple[str, dict | None]:
     """The decision behind `run`: ("live", None), or ("cached"|"reference", record). Pure."""
@@ -130,12 +133,17 @@ def select(cfg, mode: str, store: Store, gpu_name: str | None, gpus: int, te: bo
         raise ValueError(f"mode={mode!r}: pick one of {', '.join(MODES)}")
     if mode == "live":
         return "live", None
-    records = store.find(cfg, exclude=exclude)
+    found = store.find(cfg, exclude=exclude)
+    found = [r for r in found if "profile" not in (r.get("tags") or [])]  # profiled steps are slower
+    # a settled outcome (ok, oom, invalid) answers the question; a transient one (timeout, nccl_error,
+    # failed) answers it only when nothing settled is recorded, and never hides a settled one
+    records = [r for r in found if r.get("status") in SETTLED] or found
     if mode == "cached":
         if not records:
             raise not_recorded(cfg)
         return "cached", records[0]
-    here = [r for r in records if _same_gpu((r.get("env") or {}).get("gpu_name"), gpu_name)]
+    here = [r for r in records if _same_gpu((r.get("env") or {}).get("gpu_name"), gpu_name)
+            and r.get("status") in SETTLED]  # a transient failure here is worth a new try
     if here:
         return "cached", here[0]
     if gpus >= cfg.gpus and not cfg.problems(gpus_available=gpus, te_available=te, gpu_name=gpu_name):

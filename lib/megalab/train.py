@@ -11,8 +11,8 @@ cannot run a forward pass on CPU) and --profile (torch.profiler trace of steps 5
 kernel-time table by category; needs --iters >= 8). --gpus defaults to the torchrun world size.
 
 Output is the metrics protocol of megalab.metrics, one JSON object per line: a budget line
-(rank 0) before step 0, a step line every step and a summary line at the end (both from the rank
-that owns the loss: last pipeline stage, tp = dp = cp rank 0). Errors are one JSON line too:
+(rank 0) before step 0, a step line every step and a summary line at the end (rank 0 too: the loss
+of the last pipeline stage reaches it in the per-step max-reduction). Errors are one JSON line too:
 {"kind": "error", "status": "invalid"|"oom", ...}, exit code 2 (invalid) or 1 (oom).
 
 Layout-invariant init (--init layout_invariant, the default). Megatron draws each rank's weights
@@ -74,8 +74,6 @@ def checked_config(args):
     problems = cfg.problems(te_available=importlib.util.find_spec("transformer_engine") is not None)
     if cfg.gpus != world:
         problems.append(f"gpus={cfg.gpus} but torchrun started {world} processes: pass --nproc_per_node={cfg.gpus}")
-    if cfg.vocab % cfg.tp:
-        problems.append(f"vocab={cfg.vocab} is not divisible by tp={cfg.tp}: use a vocab multiple of 128*tp")
     if problems:
         raise InvalidLayout("\n".join(problems))
     return cfg
@@ -380,11 +378,12 @@ def reduced_loss(losses: list) -> float | None:
     return float(val[0] / val[1])
 
 
-def peak_memory_gib(device) -> list[float]:
-    """Peak allocated and reserved GiB, max over all ranks (a CPU-GPU sync point)."""
+def max_over_ranks(device, loss: float | None) -> list[float]:
+    """[loss, peak allocated GiB, peak reserved GiB], each the max over all ranks: one all-reduce (a
+    CPU-GPU sync point) brings the last stage's loss to rank 0, whichever node holds that stage."""
     import torch
-    t = torch.tensor([torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()],
-                     dtype=torch.float64, device=device) / GIB
+    t = torch.tensor([-math.inf if loss is None else loss, torch.cuda.max_memory_allocated() / GIB,
+                      torch.cuda.max_memory_reserved() / GIB], dtype=torch.float64, device=device)
     torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
     return t.tolist()
 
@@ -529,8 +528,6 @@ def train(cfg, args, rank: int) -> None:
             m.disable_forward_pre_hook(param_sync=False)
         config.param_sync_func = None
 
-    loss_owner = (ps.is_pipeline_last_stage(ignore_virtual=True) and ps.get_tensor_model_parallel_rank() == 0
-                  and ps.get_data_parallel_rank(with_context_parallel=True) == 0)
     prof = profiler(args.run_dir or ".") if args.profile and rank == 0 else None
     if rank == 0:
         emit(budget(cfg, per_rank))
@@ -560,9 +557,8 @@ def train(cfg, args, rank: int) -> None:
                 for m in model:
                     m.enable_forward_pre_hook()
                 config.param_sync_func = param_sync_func
-        loss = reduced_loss(losses)  # CPU-GPU sync point (last stage): the logged loss
-        mem = peak_memory_gib(device)
-        if loss_owner:
+        loss, *mem = max_over_ranks(device, reduced_loss(losses))  # reduced_loss: on the last stage only
+        if rank == 0:
             tflops = flops / step_time / cfg.gpus / 1e12  # model FLOPs: recomputation not counted
             emit({"kind": "step", "step": step, "loss": loss, "grad_norm": grad_norm, "lr": lr,
                   "step_time_s": step_time, "tokens_per_s": cfg.gbs * cfg.seq / step_time,
@@ -575,7 +571,7 @@ def train(cfg, args, rank: int) -> None:
         prof.stop()
     alloc = all_gather(torch.cuda.max_memory_allocated() / GIB, device)
     reserved = all_gather(torch.cuda.max_memory_reserved() / GIB, device)
-    if loss_owner:
+    if rank == 0:
         from megalab import env
         emit({"kind": "summary", "steps": cfg.iters, "startup_s": startup_s,
               "mem_allocated_peak_gib_per_rank": alloc, "mem_reserved_peak_gib_per_rank": reserved,
