@@ -158,3 +158,23 @@ def test_slurm_script():
     assert text.splitlines()[-1].endswith('--run-dir "$run_dir"')
     with pytest.raises(ValueError, match="make them equal"):
         launch.slurm_script(cfg, nodes=2, gpus_per_node=4)
+
+
+def test_a_dataset_with_more_token_ids_than_the_vocab_is_refused_before_launch(tmp_path):
+    """The check reads PREFIX.json from `megalab prepare-data`: no torchrun, no device-side assert."""
+    import json
+
+    import pytest
+
+    from megalab import presets
+    from megalab.config import InvalidLayout
+    from megalab.launch import _check_data
+    prefix = str(tmp_path / "corpus")
+    (tmp_path / "corpus.bin").write_bytes(b"")
+    (tmp_path / "corpus.json").write_text(json.dumps({"vocab_size": 128256}))
+    cfg = presets.get("gpt-350m").replace(data=prefix)
+    with pytest.raises(InvalidLayout, match="--vocab 128256"):
+        _check_data(cfg)
+    _check_data(cfg.replace(vocab=128256))  # fits: no error
+    with pytest.raises(InvalidLayout, match="not found"):
+        _check_data(cfg.replace(data=str(tmp_path / "missing")))

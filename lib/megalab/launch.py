@@ -27,6 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from megalab import metrics
+from megalab.config import InvalidLayout
 
 DEFAULT_TIMEOUT_S = 1800
 KILL_GRACE_S = 10
@@ -60,6 +61,20 @@ class RunOutcome:
 def _config_args(cfg) -> list[str]:
     from megalab.config import config_to_args
     return list(config_to_args(cfg))
+
+
+def _check_data(cfg) -> None:
+    """A real dataset's token ids must fit the model's vocabulary (else a device-side assert at step 0)."""
+    if not cfg.data:
+        return
+    meta = Path(cfg.data + ".json")  # written by `megalab prepare-data`
+    if not Path(cfg.data + ".bin").exists():
+        raise InvalidLayout(f"data={cfg.data}: {cfg.data}.bin not found: pass the prefix of a Megatron indexed "
+                            f"dataset (megalab prepare-data writes PREFIX.bin/.idx)")
+    vocab = json.loads(meta.read_text()).get("vocab_size") if meta.exists() else None
+    if vocab and vocab > cfg.vocab:
+        raise InvalidLayout(f"data={cfg.data} was tokenized with {vocab} token ids but vocab={cfg.vocab}: "
+                            f"pass --vocab {-(-vocab // (128 * cfg.tp)) * 128 * cfg.tp}")
 
 
 def torchrun_command(cfg, run_dir, nnodes: int = 1, node_rank: int = 0, rdzv_endpoint: str | None = None,
@@ -100,6 +115,7 @@ def check(cfg, nproc: int | None = None) -> None:
     from megalab.env import local_gpus
     gpu_name, have = local_gpus()  # no CUDA context is created in this process
     cfg.validate(te_available=importlib.util.find_spec("transformer_engine") is not None, gpu_name=gpu_name)
+    _check_data(cfg)
     need = cfg.gpus if nproc is None else nproc
     if need > have:
         raise NotEnoughGPUs(f"{cfg.label} needs {need} GPU(s) on this machine, which has {have}: "
