@@ -26,14 +26,13 @@ import uuid
 from datetime import datetime, timezone
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
-_BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
-               "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n}
 
 
 def bus_bandwidth(op: str, size_bytes: int, time_s: float, n: int) -> tuple[float, float]:
     """(algbw, busbw) in bytes/s for one collective of ``size_bytes`` on ``n`` ranks (nccl-tests)."""
+    from megalab.comm import bus_factor
     algbw = size_bytes / time_s
-    return algbw, algbw * _BUS_FACTOR[op](n)
+    return algbw, algbw * bus_factor(op, n)
 
 
 def _time(fn, iters: int, warmup: int = 3, repeats: int = 5) -> float:

@@ -13,12 +13,18 @@ __all__ = ["comm_bytes_per_step", "comm_time_s"]
 ACT_BYTES = 2  # bf16 activations on the wire
 
 
+def bus_factor(op: str, n: int) -> float:
+    """Bytes each of n ranks moves per byte of the collective's size, for ring algorithms (nccl-tests'
+    busbw factor): 2(n-1)/n for all-reduce, (n-1)/n for all-gather, reduce-scatter and all-to-all."""
+    return (2 if op == "all_reduce" else 1) * (n - 1) / n
+
+
 def _allreduce(n: int, size: float) -> float:
-    return 2 * (n - 1) / n * size
+    return bus_factor("all_reduce", n) * size
 
 
 def _gather(n: int, size: float) -> float:  # all-gather, reduce-scatter and all-to-all alike
-    return (n - 1) / n * size
+    return bus_factor("all_gather", n) * size
 
 
 def _dp(cfg) -> float:

@@ -109,7 +109,8 @@ class RunConfig:
 
     @property
     def padded_vocab(self) -> int:
-        """Vocabulary padded to a multiple of 128*tp, as Megatron's tokenizer set-up does."""
+        """The vocabulary rounded up to a multiple of 128*tp (Megatron-LM's padding rule). megalab's trainer uses
+        `vocab` as is, so that every layout trains the same model; this is the value to suggest when it does not split."""
         m = 128 * self.tp
         return -(-self.vocab // m) * m
 

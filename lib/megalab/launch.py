@@ -74,7 +74,7 @@ def _check_data(cfg) -> None:
     vocab = json.loads(meta.read_text()).get("vocab_size") if meta.exists() else None
     if vocab and vocab > cfg.vocab:
         raise InvalidLayout(f"data={cfg.data} was tokenized with {vocab} token ids but vocab={cfg.vocab}: "
-                            f"pass --vocab {-(-vocab // (128 * cfg.tp)) * 128 * cfg.tp}")
+                            f"pass --vocab {cfg.replace(vocab=vocab).padded_vocab}")
 
 
 def torchrun_command(cfg, run_dir, nnodes: int = 1, node_rank: int = 0, rdzv_endpoint: str | None = None,

@@ -63,7 +63,7 @@ def problems(cfg, gpus_available=None, te_available=None, gpu_name=None) -> list
     # not pad it per tp, so that every layout trains the same model: train.py, layout-invariant init)
     if c.vocab % c.tp:
         add(f"vocab={c.vocab} is not divisible by tp={c.tp}: use a vocab that is a multiple of 128*tp "
-            f"(e.g. {-(-c.vocab // (128 * c.tp)) * 128 * c.tp})")
+            f"(e.g. {c.padded_vocab})")
     # MC transformer_config.TransformerConfig.__post_init__: heads % tp; groups multiple or divisor of tp
     if c.heads % c.tp:
         add(f"tp={c.tp} does not divide heads={c.heads}: pick tp from {_divisors(c.heads)}")
