@@ -70,12 +70,11 @@ def cmd_run(ns) -> int:
     if ns.dry_run:
         return _dry_run(cfg, ns)
     from megalab.results import run
-    launch_kw = {"extra": ["--profile"] if ns.profile else []}
+    launch_kw = {}
     if ns.nnodes > 1:
         launch_kw.update(nnodes=ns.nnodes, node_rank=ns.node_rank, rdzv_endpoint=ns.rdzv_endpoint)
-    tags = [*ns.tag, "profile"] if ns.profile else ns.tag  # lookups skip profiled records
-    result = run(cfg, mode=ns.mode, tags=tags, timeout_s=ns.timeout, progress=not ns.json, quiet=ns.json,
-                 launch_kw=launch_kw)
+    result = run(cfg, mode=ns.mode, tags=ns.tag, timeout_s=ns.timeout, progress=not ns.json, quiet=ns.json,
+                 launch_kw=launch_kw, profile=ns.profile)  # other lookups skip profiled records
     if ns.json:
         print(_json({**result.record, "source": result.source}))
     else:
@@ -165,6 +164,13 @@ def cmd_parity(ns) -> int:
     return EXIT_OK if out.passes else EXIT_RUN_FAILED
 
 
+def cmd_experiments(ns) -> int:
+    from megalab.experiments import plan
+    for line in plan(ns.chapter, gpus=ns.gpus, gpu=ns.gpu, missing_only=ns.missing):
+        print(line)
+    return EXIT_OK
+
+
 def cmd_slurm(ns) -> int:
     from megalab.launch import slurm_script
     print(slurm_script(_config(ns), ns.nodes, ns.gpus_per_node, partition=ns.partition, time=ns.time,
@@ -245,6 +251,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--mode", choices=MODES, default="auto")
     s.add_argument("--repeats", type=int, default=2, help="single-GPU repeats that measure run-to-run spread")
     s.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S)
+
+    s = cmd("experiments", cmd_experiments, "print a chapter's recording plan (tools/gpu/pack.py lines)")
+    s.add_argument("chapter", help="ch01, ch02, ...")
+    s.add_argument("--gpus", type=int, default=4, help="the most GPUs the chapter scales to (default 4)")
+    s.add_argument("--gpu", default="H200", help="GPU model the plan records on (default H200)")
+    s.add_argument("--missing", action="store_true", help="only what results/ does not answer yet")
 
     s = cmd("slurm", cmd_slurm, "print an sbatch script that runs a configuration on several nodes", True)
     s.add_argument("--nodes", type=int, required=True)

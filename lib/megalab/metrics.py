@@ -251,3 +251,34 @@ def classify_failure(log_text: str, returncode: int | None, timed_out: bool = Fa
     signal = f" (killed by signal {-returncode})" if isinstance(returncode, int) and returncode < 0 else ""
     return "failed", {"message": f"the trainer exited with code {returncode}{signal}",
                       "rank": int(root.group(1)) if root else None, "detail": tail}
+
+
+# -- profiler traces -------------------------------------------------------------------------------
+KERNEL_CATEGORIES = ("nccl", "gemm", "attention", "other")
+
+
+def kernel_category(kernel: str) -> str:
+    """nccl (communication), gemm (matrix multiplies), attention (flash / fused attention), or other."""
+    k = kernel.lower()
+    return ("nccl" if "nccl" in k else
+            "gemm" if any(s in k for s in ("gemm", "cutlass", "nvjet", "xmma", "cublas")) else
+            "attention" if any(s in k for s in ("flash", "fmha", "attn", "sdpa", "softmax")) else "other")
+
+
+def kernel_timeline(trace: dict, step: int) -> dict:
+    """The GPU kernels of one profiled step from a Chrome trace (torch.profiler's export): kernels that
+    start inside the step's `ProfilerStep#<step>` window, as [category, start_ms, duration_ms, stream],
+    times relative to the first kernel. Small enough (a few thousand rows) to keep in a record."""
+    events = trace.get("traceEvents", trace) if isinstance(trace, dict) else trace
+    window = [e for e in events if e.get("name") == f"ProfilerStep#{step}" and "dur" in e]
+    if not window:
+        raise ValueError(f"no ProfilerStep#{step} in the trace: profile that step")
+    t0, t1 = window[0]["ts"], window[0]["ts"] + window[0]["dur"]
+    kernels = sorted((e for e in events if e.get("cat") == "kernel" and t0 <= e.get("ts", -1) <= t1),
+                     key=lambda e: e["ts"])
+    if not kernels:
+        return {"step": step, "columns": ["category", "start_ms", "duration_ms", "stream"], "kernels": []}
+    first = kernels[0]["ts"]
+    rows = [[kernel_category(e["name"]), round((e["ts"] - first) / 1e3, 4), round(e.get("dur", 0) / 1e3, 4),
+             (e.get("args") or {}).get("stream")] for e in kernels]
+    return {"step": step, "columns": ["category", "start_ms", "duration_ms", "stream"], "kernels": rows}

@@ -127,24 +127,29 @@ SETTLED = ("ok", "oom", "invalid")
 
 
 def select(cfg, mode: str, store: Store, gpu_name: str | None, gpus: int, te: bool,
-           exclude: Iterable[str] = ()) -> tuple[str, dict | None]:
-    """The decision behind `run`: ("live", None), or ("cached"|"reference", record). Pure."""
+           exclude: Iterable[str] = (), gpu: str | None = None, profile: bool = False) -> tuple[str, dict | None]:
+    """The decision behind `run`: ("live", None), or ("cached"|"reference", record). Pure.
+    `gpu` narrows the records read as a reference to one GPU model (the same config measured on an
+    80 GB and a 141 GB card); this machine's own records are always preferred in auto mode.
+    `profile` reads only profiled records (their steps are slower; other lookups skip them)."""
     if mode not in MODES:
         raise ValueError(f"mode={mode!r}: pick one of {', '.join(MODES)}")
     if mode == "live":
         return "live", None
-    found = store.find(cfg, exclude=exclude)
-    found = [r for r in found if "profile" not in (r.get("tags") or [])]  # profiled steps are slower
+    found = [r for r in store.find(cfg, exclude=exclude) if ("profile" in (r.get("tags") or [])) == profile]
+    # a job that ran alone on its host times cleaner than one packed beside others (tools/gpu/pack.py)
+    found.sort(key=lambda r: "packed" in (r.get("tags") or []))
     # a settled outcome (ok, oom, invalid) answers the question; a transient one (timeout, nccl_error,
     # failed) answers it only when nothing settled is recorded, and never hides a settled one
-    records = [r for r in found if r.get("status") in SETTLED] or found
+    settled = [r for r in found if r.get("status") in SETTLED]
+    on_gpu = [r for r in found if gpu is None or _same_gpu((r.get("env") or {}).get("gpu_name"), gpu)]
+    records = [r for r in settled if r in on_gpu] or on_gpu
     if mode == "cached":
         if not records:
             raise not_recorded(cfg)
         return "cached", records[0]
-    here = [r for r in records if _same_gpu((r.get("env") or {}).get("gpu_name"), gpu_name)
-            and r.get("status") in SETTLED]  # a transient failure here is worth a new try
-    if here:
+    here = [r for r in settled if _same_gpu((r.get("env") or {}).get("gpu_name"), gpu_name)]
+    if here:  # a transient failure here is worth a new try
         return "cached", here[0]
     if gpus >= cfg.gpus and not cfg.problems(gpus_available=gpus, te_available=te, gpu_name=gpu_name):
         return "live", None
@@ -155,7 +160,8 @@ def select(cfg, mode: str, store: Store, gpu_name: str | None, gpus: int, te: bo
 
 def run(cfg, mode: str = "auto", tags: Iterable[str] = (), store: Store | str | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S, progress: bool = True, exclude: Iterable[str] = (),
-        quiet: bool = False, launch_kw: dict | None = None) -> Result:
+        quiet: bool = False, launch_kw: dict | None = None, gpu: str | None = None,
+        profile: bool = False) -> Result:
     """Measure a configuration, or read its recorded measurement.
 
     mode="live": launch it on this machine and append the record (OOM and other failures are
@@ -164,11 +170,16 @@ def run(cfg, mode: str = "auto", tags: Iterable[str] = (), store: Store | str | 
     machine has the GPUs (and Transformer Engine if needed), else the newest reference record.
     `exclude` skips record ids (parity uses it to read distinct repeats). `launch_kw` goes to
     launch.launch (nnodes, node_rank, rdzv_endpoint, extra trainer flags such as --profile).
+    `gpu` (e.g. "H100") reads only records made on that GPU model as the reference. `profile` runs
+    with torch.profiler over a few steps (the record keeps the kernel timeline), or reads such a run.
     Prints one line saying which source answered.
     """
     store = _store(store)
     gpu_name, gpus, te = _local_hardware() if mode != "cached" else (None, 0, False)
-    source, record = select(cfg, mode, store, gpu_name, gpus, te, exclude)
+    source, record = select(cfg, mode, store, gpu_name, gpus, te, exclude, gpu, profile)
+    if profile:
+        tags = [*tags, "profile"]
+        launch_kw = {**(launch_kw or {}), "extra": [*(launch_kw or {}).get("extra", []), "--profile"]}
     result = (_live(cfg, store, list(tags), timeout_s, progress, launch_kw) if source == "live"
               else Result(record, source))
     if not quiet:

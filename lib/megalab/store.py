@@ -334,7 +334,19 @@ def make_record(cfg, outcome, predicted: dict | None = None, env: dict | None = 
         "recorded_at": utc_now(),
         "tags": list(tags),
         "run_dir": str(outcome.run_dir) if outcome.run_dir is not None else None,
+        **_profile(outcome.run_dir),
     }
+
+
+def _profile(run_dir) -> dict:
+    """{"profile": ...} from a profiled run's profile.json (kernel time by category, one step's timeline)."""
+    path = Path(run_dir) / "profile.json" if run_dir is not None else None
+    if path is None or not path.is_file():
+        return {}
+    try:
+        return {"profile": json.loads(path.read_text())}
+    except (OSError, ValueError):
+        return {}
 
 
 PROVENANCE = ("gpu_name", "interconnect", "driver", "cuda", "torch", "megatron_core", "transformer_engine", "python")

@@ -309,25 +309,24 @@ def max_over_ranks(device, loss: float | None) -> list[float]:
 
 
 def profiler(run_dir: str):
-    """torch.profiler over steps 5-7 (rank 0): trace_rank0.json, and profile_summary.json with the
-    kernel seconds per step by category (nccl, gemm, attention, other)."""
+    """torch.profiler over steps 5-7 (rank 0): trace_rank0.json, and profile.json with the kernel seconds
+    per step by category (nccl, gemm, attention, other) and the kernel timeline of the last profiled step
+    (megalab.metrics.kernel_timeline), which the record keeps: the book draws its figures from it."""
     import torch
-
-    def category(kernel: str) -> str:
-        k = kernel.lower()
-        return ("nccl" if "nccl" in k else
-                "gemm" if any(s in k for s in ("gemm", "cutlass", "nvjet", "xmma", "cublas")) else
-                "attention" if any(s in k for s in ("flash", "fmha", "attn", "sdpa", "softmax")) else "other")
+    from megalab.metrics import kernel_category, kernel_timeline
 
     def write(prof):
         os.makedirs(run_dir, exist_ok=True)
-        prof.export_chrome_trace(os.path.join(run_dir, "trace_rank0.json"))
+        trace = os.path.join(run_dir, "trace_rank0.json")
+        prof.export_chrome_trace(trace)
         seconds = dict.fromkeys(("nccl", "gemm", "attention", "other"), 0.0)
         for e in prof.key_averages():
             if e.device_type == torch.autograd.DeviceType.CUDA:
-                seconds[category(e.key)] += e.self_device_time_total / 1e6 / (PROFILE_STEPS[1] - PROFILE_STEPS[0])
-        with open(os.path.join(run_dir, "profile_summary.json"), "w") as f:
-            json.dump({"steps": list(range(*PROFILE_STEPS)), "kernel_s_per_step": seconds}, f, indent=1)
+                seconds[kernel_category(e.key)] += e.self_device_time_total / 1e6 / (PROFILE_STEPS[1] - PROFILE_STEPS[0])
+        with open(trace) as f:
+            timeline = kernel_timeline(json.load(f), PROFILE_STEPS[1] - 1)
+        with open(os.path.join(run_dir, "profile.json"), "w") as f:
+            json.dump({"steps": list(range(*PROFILE_STEPS)), "kernel_s_per_step": seconds, "timeline": timeline}, f)
 
     first, end = PROFILE_STEPS
     return torch.profiler.profile(

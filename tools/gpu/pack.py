@@ -3,7 +3,11 @@
     python3 tools/gpu/pack.py tools/gpu/plans/smoke.txt [--gpus 4] [--timeout 300] [--serial]
 
 A plan file has one job per line: `<tag> <megalab run flags>`, or `<tag> <subcommand> <flags>` for
-another megalab subcommand such as fit (blank lines and # comments skipped).
+another megalab subcommand such as fit (blank lines and # comments skipped). A tag ending in `!` runs
+its job alone on the host (a timing baseline); a line `wait` starts nothing more until every job
+started so far has finished (parity after its reference runs). fit and parity run in auto mode, so
+probes and reference runs already recorded here are read back, not repeated. `megalab experiments`
+prints these plans.
 Each job asks for cfg.gpus GPUs; jobs are started greedily, each with its own CUDA_VISIBLE_DEVICES,
 so four 1-GPU jobs or two 2-GPU jobs share the host. Records get the plan's tag plus "packed" when the
 job shared the host with another one: timings that a chapter quotes come from `--serial` plans.
@@ -23,6 +27,9 @@ def _jobs(path):
     for line in open(path):
         line = line.split("#", 1)[0].strip()
         if line:
+            if line == "wait":
+                yield "wait", 0, []
+                continue
             tag, *flags = shlex.split(line)
             gpus = 1
             if "--gpus" in flags:
@@ -39,31 +46,41 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     todo = list(_jobs(args.plan))
     free = list(range(args.gpus))
-    running: list[tuple[subprocess.Popen, list[int], str, float]] = []
+    running: list[tuple] = []  # (process, its GPUs, what, start time, solo)
     start = time.time()
     while todo or running:
         for job in list(todo):
             tag, gpus, flags = job
+            if tag == "wait":
+                if not running:
+                    todo.remove(job)
+                    continue
+                break
+            solo = tag.endswith("!") or args.serial
+            tag = tag.rstrip("!")
             if gpus > args.gpus:
                 print(f"SKIP {tag}: needs {gpus} GPUs", flush=True)
                 todo.remove(job)
                 continue
-            if len(free) >= gpus and (not args.serial or not running):
+            if solo and running:
+                break  # a solo job waits for the host to empty, and nothing starts beside it
+            if len(free) >= gpus and not any(r[4] for r in running):
                 mine, free = free[:gpus], free[gpus:]
-                packed = not args.serial
+                packed = not args.serial and not (solo or gpus == args.gpus)
                 tags = ["--tag", tag] + (["--tag", "packed"] if packed else [])
                 sub = ["run"] if flags[0].startswith("--") else [flags.pop(0)]  # e.g. "fit --vary mbs ..."
-                cmd = [sys.executable, "-m", "megalab", *sub, *flags, "--mode", "live",
+                mode = "live" if sub == ["run"] else "auto"
+                cmd = [sys.executable, "-m", "megalab", *sub, *flags, "--mode", mode,
                        "--timeout", str(args.timeout), *(tags if sub == ["run"] else [])]
                 env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(map(str, mine))}
                 log = open(f"/tmp/pack-{len(running)}-{int(time.time()*1000)}.log", "w")
                 proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
-                running.append((proc, mine, " ".join(flags), time.time()))
+                running.append((proc, mine, " ".join(flags), time.time(), solo))
                 todo.remove(job)
                 print(f"[{time.time()-start:6.1f}s] start {tag} on GPUs {mine}: {' '.join(flags)}", flush=True)
         time.sleep(0.5)
         for item in list(running):
-            proc, mine, what, t0 = item
+            proc, mine, what, t0, _ = item
             if proc.poll() is not None:
                 running.remove(item)
                 free = sorted(free + mine)
