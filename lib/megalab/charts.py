@@ -269,3 +269,38 @@ def distribution(values, target: float | None = None, x_title: str = "value",
         fig.add_vline(x=target, line_dash="dash", line_color=PALETTE[1],
                       annotation_text=f"{target_name} {target:g}", annotation_position="top right")
     return fig
+
+
+# -- chapters: comparisons and kernel timelines ------------------------------------------------------
+def grouped_bars(df, x: str, y: str, color: str | None = None, title: str | None = None,
+                 y_title: str | None = None, text_format: str = ".3g") -> go.Figure:
+    """Bars of `y` for each value of `x`, one colour per value of `color` (e.g. predicted / measured)."""
+    fig = _figure(title or f"{y} by {x}", barmode="group", xaxis_title=x, yaxis_title=y_title or y,
+                  xaxis_type="category")
+    groups = [(None, df)] if color is None else list(df.groupby(color, sort=False))
+    for i, (value, part) in enumerate(groups):
+        fig.add_bar(x=part[x].astype(str), y=part[y], name=str(value) if color else y,
+                    marker_color=PALETTE[i % len(PALETTE)], texttemplate=f"%{{y:{text_format}}}",
+                    textposition="outside")
+    if y in ("mfu", "efficiency"):
+        fig.update_yaxes(tickformat=".0%")
+    return fig
+
+
+def kernel_timeline(profile: dict, title: str = "GPU kernels of one training step") -> go.Figure:
+    """The kernels of one profiled step (a record's `profile.timeline`) on their CUDA streams, coloured
+    by kind: where communication (nccl) runs, and whether it overlaps compute on another stream."""
+    t = profile["timeline"]
+    rows = [dict(zip(t["columns"], k)) for k in t["kernels"]]
+    streams = sorted({r["stream"] for r in rows}, key=lambda s: (s is None, s))
+    fig = _figure(title, barmode="overlay", xaxis_title="milliseconds from the step's first kernel",
+                  yaxis_title="CUDA stream", yaxis_type="category", bargap=0.3)
+    for i, cat in enumerate(("gemm", "attention", "other", "nccl")):
+        part = [r for r in rows if r["category"] == cat]
+        if part:
+            fig.add_bar(y=[f"stream {r['stream']}" for r in part], x=[max(r["duration_ms"], 0.002) for r in part],
+                        base=[r["start_ms"] for r in part], orientation="h", name=cat,
+                        marker_color=PALETTE[i], marker_line_width=0,
+                        hovertemplate="%{base:.3f} ms + %{x:.3f} ms<extra>" + cat + "</extra>")
+    fig.update_yaxes(categoryorder="array", categoryarray=[f"stream {s}" for s in streams])
+    return fig

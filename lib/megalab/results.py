@@ -28,6 +28,7 @@ from megalab.store import (  # noqa: F401  (re-exported: results.Store, results.
     load,
     make_record,
     matches,
+    same_gpu_model,
     to_frame,
     utc_now,
 )
@@ -142,7 +143,7 @@ def select(cfg, mode: str, store: Store, gpu_name: str | None, gpus: int, te: bo
     # a settled outcome (ok, oom, invalid) answers the question; a transient one (timeout, nccl_error,
     # failed) answers it only when nothing settled is recorded, and never hides a settled one
     settled = [r for r in found if r.get("status") in SETTLED]
-    on_gpu = [r for r in found if gpu is None or _same_gpu((r.get("env") or {}).get("gpu_name"), gpu)]
+    on_gpu = [r for r in found if gpu is None or same_gpu_model((r.get("env") or {}).get("gpu_name"), gpu)]
     records = [r for r in settled if r in on_gpu] or on_gpu
     if mode == "cached":
         if not records:
@@ -185,3 +186,13 @@ def run(cfg, mode: str = "auto", tags: Iterable[str] = (), store: Store | str | 
     if not quiet:
         print(result.describe())
     return result
+
+
+def frame(results: Iterable[Result]):
+    """One DataFrame row per Result (store.to_frame's columns) plus `source`: "yours" for a run measured
+    here now, else "reference" — the column the book's charts use to mark a reader's own points."""
+    results = list(results)
+    df = to_frame([r.record for r in results])
+    df["source"] = ["yours" if r.source == "live" else "reference" for r in results]
+    return df
+

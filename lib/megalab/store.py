@@ -155,6 +155,15 @@ def _same_gpu(a: str | None, b: str | None) -> bool:
     return bool(a) and bool(b) and a.strip().casefold() == b.strip().casefold()
 
 
+def same_gpu_model(a: str | None, b: str | None) -> bool:
+    """"NVIDIA H200" and "H200" name one model (megalab.hardware); unknown names must match exactly."""
+    from megalab.hardware import UnknownGPU, gpu_spec
+    try:
+        return bool(a) and bool(b) and gpu_spec(a).name == gpu_spec(b).name
+    except UnknownGPU:
+        return _same_gpu(a, b)
+
+
 def _lock_path(path: Path) -> Path:
     return path.with_name(path.name + ".lock")
 

@@ -43,12 +43,16 @@ def main(argv=None) -> int:
     p.add_argument("--gpus", type=int, default=4)
     p.add_argument("--timeout", type=int, default=300)
     p.add_argument("--serial", action="store_true", help="one job at a time (for timings)")
+    p.add_argument("--deadline", type=float, help="start no job after this many seconds (the call's limit)")
     args = p.parse_args(argv)
     todo = list(_jobs(args.plan))
     free = list(range(args.gpus))
     running: list[tuple] = []  # (process, its GPUs, what, start time, solo)
     start = time.time()
     while todo or running:
+        if args.deadline and todo and time.time() - start > args.deadline:
+            print(f"deadline: {len(todo)} job(s) not started", flush=True)
+            todo = []
         for job in list(todo):
             tag, gpus, flags = job
             if tag == "wait":
