@@ -17,3 +17,17 @@ def test_recorded_benchmarks_load_as_a_frame():
     nccl = bench.load("nccl")
     assert set(nccl["op"]) == set(bench.OPS) and nccl["correct"].all()
     assert (nccl["gpu_name"] == "NVIDIA H200").all()
+
+
+def test_best_bus_bandwidth_reads_the_records(tmp_path):
+    from megalab import bench
+    from megalab.results import NotRecorded, Store
+    import json
+    store = Store(tmp_path)
+    with open(store.path("bench"), "a") as f:
+        for size, bw in ((1 << 20, 30.0), (1 << 30, 350.0)):
+            f.write(json.dumps({"kind": "bench", "bench": "nccl", "op": "all_reduce", "gpus": 4,
+                                "size_bytes": size, "busbw_gbs": bw, "env": {}}) + "\n")
+    assert bench.best_bus_bandwidth("all_reduce", 4, store=store) == 350.0
+    with pytest.raises(NotRecorded, match="over 8 GPUs"):
+        bench.best_bus_bandwidth("all_reduce", 8, store=store)

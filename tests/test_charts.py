@@ -115,3 +115,20 @@ def test_distribution_histogram_with_target_line():
     fig = charts.distribution([15.0, 21.0, 25.0], target=20, x_title="seconds")
     assert fig.data[0].type == "histogram" and list(fig.data[0].x) == [15.0, 21.0, 25.0]
     assert fig.layout.shapes[0].x0 == 20 and fig.layout.xaxis.title.text == "seconds"
+
+
+def test_chapter_charts_return_figures():
+    import pandas as pd
+    from megalab import charts
+    df = pd.DataFrame({"tp": [1, 2, 1, 2], "GiB": [37.6, 21.5, 37.9, 21.3], "kind": ["measured"] * 2 + ["predicted"] * 2})
+    fig = charts.grouped_bars(df, "tp", "GiB", color="kind")
+    assert [t.name for t in fig.data] == ["measured", "predicted"]
+    profile = {"timeline": {"columns": ["category", "start_ms", "duration_ms", "stream"],
+                            "kernels": [["gemm", 0.0, 1.0, 7], ["nccl", 1.0, 0.5, 23], ["gemm", 1.5, 1.0, 7]]}}
+    fig = charts.kernel_timeline(profile)
+    assert {t.name for t in fig.data} == {"gemm", "nccl"}
+    assert list(fig.data[0].base) == [0.0, 1.5]
+    recs = [{"config": {"gpus": 1, "gbs": 16}, "series": {"step_time_s": [9.0, 9.0, 9.0, 0.8, 0.9]}, "tags": []},
+            {"config": {"gpus": 1, "gbs": 16}, "series": {"step_time_s": [9.0, 9.0, 9.0, 0.7, None]}, "tags": ["packed"]}]
+    fig = charts.step_time_spread(recs)
+    assert list(fig.data[0].y) == [0.8, 0.9] and list(fig.data[1].y) == [0.7]   # warm-up steps dropped

@@ -191,3 +191,28 @@ def test_real_failed_log_names_the_exception():
     status, error = metrics.classify_failure(text, 1, False)
     assert status == "failed"
     assert "te_general_gemm" in error["message"]
+
+
+def test_kernel_timeline_keeps_one_profiled_step():
+    """From a Chrome trace: kernels inside ProfilerStep#7's window, categorised, times from the first."""
+    trace = {"traceEvents": [
+        {"name": "ProfilerStep#6", "ph": "X", "ts": 0, "dur": 1000, "cat": "user_annotation"},
+        {"name": "ProfilerStep#7", "ph": "X", "ts": 1000, "dur": 1000, "cat": "user_annotation"},
+        {"name": "sm90_xmma_gemm_bf16", "cat": "kernel", "ts": 500, "dur": 100, "args": {"stream": 7}},
+        {"name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "cat": "kernel", "ts": 1300, "dur": 50,
+         "args": {"stream": 23}},
+        {"name": "nvjet_hsh_128x256", "cat": "kernel", "ts": 1100, "dur": 200, "args": {"stream": 7}},
+        {"name": "flash_fwd_kernel", "cat": "kernel", "ts": 2500, "dur": 10, "args": {"stream": 7}},
+    ]}
+    t = metrics.kernel_timeline(trace, 7)
+    assert t["step"] == 7 and t["columns"] == ["category", "start_ms", "duration_ms", "stream"]
+    assert t["kernels"] == [["gemm", 0.0, 0.2, 7], ["nccl", 0.2, 0.05, 23]]
+    with pytest.raises(ValueError, match="ProfilerStep#9"):
+        metrics.kernel_timeline(trace, 9)
+
+
+@pytest.mark.parametrize("name, kind", [("ncclKernel_AllGather", "nccl"), ("cutlass_80_tensorop", "gemm"),
+                                        ("fmha_cutlassF", "attention"), ("flash_bwd", "attention"),
+                                        ("vectorized_elementwise_kernel", "other")])
+def test_kernel_category(name, kind):
+    assert metrics.kernel_category(name) == kind

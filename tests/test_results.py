@@ -100,3 +100,40 @@ def test_a_transient_failure_never_hides_a_settled_record(tmp_path):
     only_timeout.append({"key": cfg.key, "status": "timeout", "env": env, "recorded_at": "2026-01-02T00:00:00Z"})
     assert select(cfg, "cached", only_timeout, None, 0, False)[1]["status"] == "timeout"
     assert select(cfg, "auto", only_timeout, "NVIDIA H200", 1, False)[0] == "live"
+
+
+def test_lookups_by_gpu_model_prefer_unpacked_and_separate_profiled_runs(tmp_path):
+    """gpu="H100" reads only H100 records (datasheet name matching); a run alone on its host wins over
+    a newer packed one; profile=True reads only profiled records, other lookups never do."""
+    from megalab import presets
+    from megalab.results import Store, select
+    cfg = presets.get("gpt-tiny").replace(impl="local")
+    store = Store(tmp_path)
+    h100 = store.append({"key": cfg.key, "status": "ok", "env": {"gpu_name": "NVIDIA H100 80GB HBM3"},
+                         "recorded_at": "2026-01-01T00:00:00Z"})
+    alone = store.append({"key": cfg.key, "status": "ok", "env": {"gpu_name": "NVIDIA H200"}, "tags": ["ch01"],
+                          "recorded_at": "2026-01-02T00:00:00Z"})
+    store.append({"key": cfg.key, "status": "ok", "env": {"gpu_name": "NVIDIA H200"}, "tags": ["ch01", "packed"],
+                  "recorded_at": "2026-01-03T00:00:00Z"})
+    prof = store.append({"key": cfg.key, "status": "ok", "env": {"gpu_name": "NVIDIA H200"}, "tags": ["profile"],
+                         "recorded_at": "2026-01-04T00:00:00Z"})
+    assert select(cfg, "cached", store, None, 0, False, gpu="H100")[1]["id"] == h100["id"]
+    assert select(cfg, "cached", store, None, 0, False, gpu="H200")[1]["id"] == alone["id"]
+    assert select(cfg, "cached", store, None, 0, False, profile=True)[1]["id"] == prof["id"]
+    # auto on an H100 machine: its own record, whatever reference GPU the caller names
+    assert select(cfg, "auto", store, "NVIDIA H100 80GB HBM3", 1, False, gpu="H200")[1]["id"] == h100["id"]
+    with pytest.raises(NotRecorded):
+        select(cfg, "cached", store, None, 0, False, gpu="A100")
+
+
+def test_frame_marks_live_results_as_yours():
+    from megalab.results import Result, frame
+    from run_records import record
+    df = frame([Result(record(), "cached"), Result(record(), "live")])
+    assert list(df["source"]) == ["reference", "yours"] and df["tp"].tolist() == [2, 2]
+
+
+def test_same_gpu_model():
+    from megalab.store import same_gpu_model
+    assert same_gpu_model("NVIDIA H200", "H200") and not same_gpu_model("NVIDIA H200", "H100")
+    assert same_gpu_model("Mystery GPU", "mystery gpu") and not same_gpu_model(None, "H200")

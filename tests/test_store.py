@@ -206,3 +206,18 @@ def test_provenance_groups_records_by_environment_and_commit():
     assert list(df["records"]) == [2, 1]
     assert df.loc[0, "gpus"] == [1, 4] and df.loc[0, "transformer_engine"] == "not installed"
     assert df.loc[1, "git_commit"] == "b" * 12 and df.loc[1, "first"] == "2026-11-21T20:00:00Z"
+
+
+def test_a_profiled_run_keeps_its_kernel_timeline(tmp_path):
+    """make_record embeds the run folder's profile.json (written by the trainer's profiler)."""
+    import json
+    from megalab import metrics
+    from megalab.launch import RunOutcome
+    from megalab.store import make_record
+    from run_records import CFG
+    (tmp_path / "profile.json").write_text(json.dumps({"steps": [5, 6, 7], "kernel_s_per_step": {"nccl": 0.1},
+                                                       "timeline": {"step": 7, "kernels": []}}))
+    rec = make_record(CFG, RunOutcome("ok", None, metrics.Parsed(None, [], None), tmp_path, 0), env={})
+    assert rec["profile"]["timeline"]["step"] == 7
+    plain = make_record(CFG, RunOutcome("ok", None, metrics.Parsed(None, [], None), tmp_path / "none", 0), env={})
+    assert "profile" not in plain

@@ -155,6 +155,17 @@ def load(kind: str | None = None, store=None):
     return df if kind is None else df[df["bench"] == kind].reset_index(drop=True)
 
 
+def best_bus_bandwidth(op: str = "all_reduce", gpus: int = 4, store=None) -> float:
+    """The highest recorded NCCL bus bandwidth (GB/s) of `op` over `gpus` GPUs: the large-message
+    rate that a chapter turns bytes into seconds with (chapter 00 measures it)."""
+    df = load("nccl", store=store)
+    rows = df[(df["op"] == op) & (df["gpus"] == gpus)]
+    if rows.empty:
+        from megalab.results import NotRecorded
+        raise NotRecorded(f"no NCCL {op} record over {gpus} GPUs: run `megalab bench --gpus {gpus}` on that host")
+    return float(rows["busbw_gbs"].max())
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="megalab bench", description=__doc__.splitlines()[0])
     p.add_argument("--gpus", type=int, default=None, help="GPUs to use (default: all visible)")

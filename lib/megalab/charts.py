@@ -304,3 +304,22 @@ def kernel_timeline(profile: dict, title: str = "GPU kernels of one training ste
                         hovertemplate="%{base:.3f} ms + %{x:.3f} ms<extra>" + cat + "</extra>")
     fig.update_yaxes(categoryorder="array", categoryarray=[f"stream {s}" for s in streams])
     return fig
+
+
+def step_time_spread(records: list[dict], title: str = "Step time, every recorded run") -> go.Figure:
+    """One box per recorded run (records of store.find): its per-step times after the warm-up steps
+    (metrics.WARMUP_STEPS), so run-to-run and step-to-step noise is visible beside the medians.
+    Runs that shared their host with other jobs (tag `packed`) are drawn in a second colour."""
+    from megalab.metrics import WARMUP_STEPS
+    fig = _figure(title, xaxis_title="", yaxis_title="seconds per step", showlegend=True)
+    shown = set()
+    for r in records:
+        times = [t for t in (r.get("series") or {}).get("step_time_s", [])[WARMUP_STEPS:] if t is not None]
+        packed = "packed" in (r.get("tags") or [])
+        name = "shared host (packed)" if packed else "alone on the host"
+        cfg = r.get("config") or {}
+        x = f"dp {cfg.get('gpus', 1) // max(1, cfg.get('tp', 1) * cfg.get('pp', 1) * cfg.get('cp', 1))}, gbs {cfg.get('gbs')}"
+        fig.add_box(y=times, x=[x] * len(times), name=name, legendgroup=name, showlegend=name not in shown,
+                    marker_color=PALETTE[1 if packed else 0], boxpoints=False)
+        shown.add(name)
+    return fig.update_layout(boxmode="group")

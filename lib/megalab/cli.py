@@ -166,7 +166,7 @@ def cmd_parity(ns) -> int:
 
 def cmd_experiments(ns) -> int:
     from megalab.experiments import plan
-    for line in plan(ns.chapter, gpus=ns.gpus, gpu=ns.gpu, missing_only=ns.missing):
+    for line in plan(ns.chapter, gpus=ns.gpus, gpu=ns.gpu, missing_only=ns.missing, pending=ns.pending):
         print(line)
     return EXIT_OK
 
@@ -257,6 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--gpus", type=int, default=4, help="the most GPUs the chapter scales to (default 4)")
     s.add_argument("--gpu", default="H200", help="GPU model the plan records on (default H200)")
     s.add_argument("--missing", action="store_true", help="only what results/ does not answer yet")
+    s.add_argument("--pending", action="store_true", help="the runs queued for the chapter's next version")
 
     s = cmd("slurm", cmd_slurm, "print an sbatch script that runs a configuration on several nodes", True)
     s.add_argument("--nodes", type=int, required=True)

@@ -112,20 +112,40 @@ def data_parallel(gpus: int = 4, iters: int = ITERS) -> dict:
     """gpt2-xl (1.56 B parameters, seq 1024), Transformer Engine spec. mbs 4 unless said otherwise."""
     base = presets.get("gpt2-xl").replace(iters=iters)
     ds = degrees(gpus)
-    weak = [base.replace(gpus=d, mbs=4, gbs=16 * d) for d in ds]            # 16 sequences per GPU per step
     top = ds[-1]
+    weak = [base.replace(gpus=d, mbs=4, gbs=16 * d) for d in ds]            # 16 sequences per GPU per step
     return {
         "one_gpu": base.replace(mbs=1, gbs=1),
-        "fit_mbs": {gpu: Fit(base.replace(mbs=1, gbs=1), "mbs", gpu) for gpu in ("H200", "H100")},
+        "fit_mbs": {"H200": Fit(base.replace(mbs=1, gbs=1), "mbs", "H200")},
         "accumulation": [base.replace(mbs=4, gbs=4 * k) for k in (1, 2, 4, 8)],
         "weak": weak,
-        "strong": [base.replace(gpus=d, mbs=4, gbs=4 * top) for d in ds],  # one micro-batch per GPU at the top
-        "overlap": [c.replace(overlap=True) for c in weak if c.dp > 1],
-        "dist_opt": [c.replace(dist_opt=True) for c in weak if c.dp > 1],
-        "fit_mbs_dist_opt": [Fit(base.replace(gpus=d, mbs=1, gbs=d, dist_opt=True), "mbs", "H200")
-                             for d in ds if d > 1],
+        "strong": [base.replace(gpus=d, mbs=4, gbs=4 * top) for d in (1, top)],  # one micro-batch per GPU at top
+        "overlap": [c.replace(overlap=True) for c in weak[-1:] if c.dp > 1],
+        "dist_opt": [c.replace(dist_opt=True) for c in weak[-1:] if c.dp > 1],
+        "fit_mbs_dist_opt": [Fit(base.replace(gpus=2, mbs=1, gbs=2, dist_opt=True), "mbs", "H200")][:gpus // 2],
         # DP replicates the model state, so without the distributed optimizer DP=N fits what 1 GPU fits
         "fit_layers": Fit(base.replace(mbs=1, gbs=1), "layers", "H200", step=8, width=0.05),
+        # DP=4 + distributed optimizer against DP=1 with accumulation, same global batch: recorded with the
+        # trainer's parity matrix on gpt-350m (local spec); the gpt2-xl pair is in PENDING
+        "parity": Parity(presets.get("gpt-350m").replace(gpus=top, mbs=4, gbs=4 * top, dist_opt=True,
+                                                        iters=PARITY_ITERS, impl="local")),
+    }
+
+
+def _data_parallel_pending(gpus: int = 4, iters: int = ITERS) -> dict:
+    """Chapter 01 runs not recorded yet (device time ran out): the next GPU session records these and
+    moves them into data_parallel()."""
+    base = presets.get("gpt2-xl").replace(iters=iters)
+    top = degrees(gpus)[-1]
+    return {
+        # scaling where the GPU, not the host's kernel launches, sets the pace (mbs 4 is launch-bound)
+        "weak_mbs16": [base.replace(gpus=d, mbs=16, gbs=64 * d) for d in degrees(gpus)],
+        "strong": [base.replace(gpus=d, mbs=4, gbs=4 * top) for d in degrees(gpus) if d not in (1, top)],
+        "overlap": [base.replace(gpus=d, mbs=4, gbs=16 * d, overlap=True) for d in degrees(gpus)[1:-1]],
+        "dist_opt": [base.replace(gpus=d, mbs=4, gbs=16 * d, dist_opt=True) for d in degrees(gpus)[1:-1]],
+        "fit_mbs": {"H100": Fit(base.replace(mbs=1, gbs=1), "mbs", "H100")},
+        "fit_mbs_dist_opt": [Fit(base.replace(gpus=d, mbs=1, gbs=d, dist_opt=True), "mbs", "H200")
+                             for d in degrees(gpus)[2:]],
         "fit_layers_dist_opt": Fit(base.replace(gpus=top, mbs=1, gbs=top, dist_opt=True), "layers", "H200",
                                    step=8, width=0.05),
         "parity": Parity(base.replace(gpus=top, mbs=4, gbs=4 * top, dist_opt=True, iters=PARITY_ITERS)),
@@ -148,11 +168,19 @@ def tensor_parallel(gpus: int = 4, iters: int = ITERS) -> dict:
         "strong": [small.replace(gpus=t, tp=t, mbs=8, gbs=8) for t in ts],
         "profile": Profiled(small.replace(gpus=top, tp=top, mbs=8, gbs=8)),
         "tp_vs_dp": [small.replace(gpus=top, tp=t, mbs=8, gbs=8 * top, dist_opt=t < top) for t in ts],
-        "parity": [Parity(small.replace(gpus=t, tp=t, mbs=8, gbs=8, iters=PARITY_ITERS)) for t in ts if t > 1],
+        "parity": [Parity(small.replace(gpus=2, tp=2, mbs=8, gbs=8, iters=PARITY_ITERS))][:gpus // 2],
     }
 
 
+def _tensor_parallel_pending(gpus: int = 4, iters: int = ITERS) -> dict:
+    """Chapter 02 runs not recorded yet: loss parity at the larger TP sizes."""
+    small = presets.get("gpt-1.2b").replace(iters=iters)
+    ts = [t for t in degrees(gpus) if t in WEAK_TP_MODELS and t > 2]
+    return {"parity": [Parity(small.replace(gpus=t, tp=t, mbs=8, gbs=8, iters=PARITY_ITERS)) for t in ts]}
+
+
 CHAPTERS = {"ch01": data_parallel, "ch02": tensor_parallel}
+PENDING = {"ch01": _data_parallel_pending, "ch02": _tensor_parallel_pending}
 
 
 # -- the recording plan ------------------------------------------------------------------------------
@@ -187,12 +215,12 @@ def is_recorded(item, store=None) -> bool:
 SOLO_SERIES = ("weak", "weak_large", "strong")  # their 1-GPU points are scaling baselines: timed alone
 
 
-def _jobs(chapter: str, gpus: int, gpu: str, missing_only: bool, store) -> list[tuple]:
+def _jobs(chapter: str, gpus: int, gpu: str, missing_only: bool, store, pending: bool = False) -> list[tuple]:
     """(order, line) pairs for pack.py: timing baselines alone first, then the widest jobs, fits early
     (they are chains of probes), reference runs, a `wait`, the parity layouts, and last the fits that
     take the whole host."""
     from megalab.sweep import reference_of
-    found = CHAPTERS[chapter](gpus)
+    found = (PENDING if pending else CHAPTERS)[chapter](gpus)
     solo = {id(c) for name in SOLO_SERIES for c in found.get(name, []) if c.gpus == 1}
     jobs, refs = [], set()
     for item in _items(found):
@@ -219,13 +247,15 @@ def _jobs(chapter: str, gpus: int, gpu: str, missing_only: bool, store) -> list[
     return jobs
 
 
-def plan(chapter: str, gpus: int = 4, gpu: str = "H200", missing_only: bool = False, store=None) -> list[str]:
+def plan(chapter: str, gpus: int = 4, gpu: str = "H200", missing_only: bool = False, store=None,
+         pending: bool = False) -> list[str]:
     """pack.py lines (`<tag> <megalab args>`) for a chapter's records on `gpu` (fits for another GPU
-    model left out), in an order that keeps the host busy; see tools/gpu/pack.py."""
+    model left out), in an order that keeps the host busy; see tools/gpu/pack.py. `pending`: the runs
+    queued for the chapter's next version instead of the ones it reads now."""
     if chapter not in CHAPTERS:
         raise KeyError(f"unknown chapter {chapter!r}: pick one of {', '.join(CHAPTERS)}")
     lines = []
-    for _, line in _jobs(chapter, gpus, gpu, missing_only, store):
+    for _, line in _jobs(chapter, gpus, gpu, missing_only, store, pending):
         if line not in lines or line == "wait" or line.startswith(f"{chapter}-ref "):
             lines.append(line)
     return lines

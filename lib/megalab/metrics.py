@@ -261,8 +261,8 @@ def kernel_category(kernel: str) -> str:
     """nccl (communication), gemm (matrix multiplies), attention (flash / fused attention), or other."""
     k = kernel.lower()
     return ("nccl" if "nccl" in k else
-            "gemm" if any(s in k for s in ("gemm", "cutlass", "nvjet", "xmma", "cublas")) else
-            "attention" if any(s in k for s in ("flash", "fmha", "attn", "sdpa", "softmax")) else "other")
+            "attention" if any(s in k for s in ("flash", "fmha", "attn", "sdpa", "softmax")) else
+            "gemm" if any(s in k for s in ("gemm", "cutlass", "nvjet", "xmma", "cublas")) else "other")
 
 
 def kernel_timeline(trace: dict, step: int) -> dict:

@@ -122,6 +122,14 @@ class ParityResult:
     layout: object = None  # Result
     reason: str = ""
 
+    def curves(self, name: str = "layout") -> dict:
+        """{label: {"step", "loss"}} for charts.loss_parity: the reference run first, then the layout."""
+        s = self.series
+        ref = f"1 GPU ({self.reference[0].label})" if self.reference else "reference"
+        lay = self.layout.label if self.layout is not None else name
+        return {ref: {"step": list(s["step"]), "loss": list(s["reference"])},
+                lay: {"step": list(s["step"]), "loss": list(s["layout"])}}
+
     def __repr__(self) -> str:
         verdict = "passes" if self.passes else "FAILS"
         return (f"ParityResult({verdict}: max |Δloss| = {self.max_abs_diff}, band = {self.band}, "

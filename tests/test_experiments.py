@@ -1,0 +1,71 @@
+"""megalab.experiments: each chapter's runs, and the GPU plan printed from them."""
+import pytest
+
+from megalab import experiments
+from megalab.config import RunConfig
+from megalab.results import Store
+
+
+def test_degrees():
+    assert experiments.degrees(1) == [1]
+    assert experiments.degrees(4) == [1, 2, 4]
+    assert experiments.degrees(6) == [1, 2, 4]
+    assert experiments.degrees(8) == [1, 2, 4, 8]
+    with pytest.raises(ValueError):
+        experiments.degrees(0)
+
+
+@pytest.mark.parametrize("gpus", [1, 2, 4, 8])
+def test_chapters_scale_with_the_gpu_count(gpus):
+    """Every configuration is valid for its own GPU count, and the series reach `gpus`."""
+    for build in (experiments.data_parallel, experiments.tensor_parallel):
+        found = build(gpus)
+        items = list(experiments._items(found))
+        for item in items:
+            cfg = item if isinstance(item, RunConfig) else item.cfg
+            cfg.validate()
+            assert cfg.gpus <= gpus
+    assert experiments.data_parallel(gpus)["weak"][-1].gpus == experiments.degrees(gpus)[-1]
+    assert [c.tp for c in experiments.tensor_parallel(gpus)["strong"]] == experiments.degrees(gpus)
+
+
+def test_fit_window_brackets_the_prediction():
+    """gpt2-xl on one GPU: theory's largest micro-batch sits inside the probe window, on both cards."""
+    base = experiments.data_parallel()["one_gpu"]
+    for gpu, (lo_max, hi_min) in (("H200", (42, 42)), ("H100", (19, 19))):
+        fit = experiments.Fit(base, "mbs", gpu)
+        lo, hi = fit.window
+        assert lo < fit.predicted < hi
+        assert abs(fit.predicted - lo_max) <= 3
+    layers = experiments.Fit(base, "layers", "H200", step=8, width=0.05)
+    assert layers.window[0] % 8 == 0 and layers.window[1] % 8 == 0
+
+
+def test_plan_orders_baselines_first_and_parity_after_its_references(tmp_path):
+    lines = experiments.plan("ch02", gpus=4, store=Store(tmp_path))
+    assert lines[0].startswith("ch02! ") and "--tp 1 " in lines[0]          # a timing baseline, alone
+    wait = lines.index("wait")
+    assert all(" parity " in f" {line} " for line in lines[wait + 1:])
+    refs = [line for line in lines if line.startswith("ch02-ref ")]
+    assert len(refs) == 2 and refs[0] == refs[1]                             # two repeats: the spread
+    assert any(line.endswith("--profile") for line in lines)
+    assert len(lines) - lines.count("wait") - 1 == len(set(lines) - {"wait"})  # only the reference repeats
+
+
+def test_missing_plan_is_empty_when_everything_is_recorded(tmp_path):
+    """--missing drops what the store answers; the committed results answer every current chapter."""
+    assert experiments.plan("ch02", missing_only=True) == []
+    assert experiments.plan("ch01", missing_only=True) == []
+    assert experiments.plan("ch01", missing_only=True, store=Store(tmp_path))  # an empty store answers nothing
+
+
+def test_pending_runs_are_not_read_by_the_chapter():
+    current = {c.key for c in experiments._items(experiments.data_parallel()) if isinstance(c, RunConfig)}
+    pending = {c.key for c in experiments._items(experiments._data_parallel_pending()) if isinstance(c, RunConfig)}
+    assert pending and not (current & pending)
+    assert experiments.plan("ch01", pending=True, gpu="H100")[0].startswith("ch01 fit ")
+
+
+def test_unknown_chapter():
+    with pytest.raises(KeyError, match="ch01"):
+        experiments.plan("ch99")
