@@ -117,7 +117,7 @@ class RunConfig:
     @property
     def label(self) -> str:
         """Human-readable run name; suffixes only for non-default settings."""
-        s = (f"{self.name}_tp{self.tp}_pp{self.pp}_cp{self.cp}_ep{self.ep}_dp{self.dp}"
+        s = (f"{self.name}{self._reshaped()}_tp{self.tp}_pp{self.pp}_cp{self.cp}_ep{self.ep}_dp{self.dp}"
              f"_mbs{self.mbs}_gbs{self.gbs}_seq{self.seq}")
         extras = [
             (self.vpp > 1, f"_vpp{self.vpp}"), (self.etp > 1, f"_etp{self.etp}"),
@@ -128,6 +128,12 @@ class RunConfig:
             (self.init != "layout_invariant", f"_init-{self.init}"), (self.dropout > 0, f"_drop{self.dropout:g}"),
         ]
         return s + "".join(text for on, text in extras if on)
+
+    def _reshaped(self) -> str:
+        """"-L224" when a preset's model has another layer count (a `fit --vary layers` probe), else ""."""
+        from megalab.presets import PRESETS
+        preset = PRESETS.get(self.name)
+        return f"-L{self.layers}" if preset and preset.get("layers") not in (None, self.layers) else ""
 
     @property
     def key(self) -> str:

@@ -249,7 +249,7 @@ def launch(cfg, runs_root=None, timeout_s: float = DEFAULT_TIMEOUT_S, progress: 
     text = (run_dir / "log.txt").read_text(encoding="utf-8")
     parsed = metrics.parse_log(text)
     status, error = metrics.classify_failure(text, proc.returncode, timed_out.is_set())
-    if status == "ok" and not dry_run and not parsed.steps:
+    if status == "ok" and not dry_run and not parsed.steps and node_rank == 0:  # other nodes print no steps
         status, error = "failed", {"message": "the trainer exited 0 but reported no steps", "rank": None,
                                    "detail": "\n".join(text.splitlines()[-metrics.TRACEBACK_LINES:])}
     return RunOutcome(status, error, parsed, run_dir, proc.returncode)

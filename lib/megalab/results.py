@@ -54,8 +54,15 @@ class Result:
     series = property(lambda self: self.record.get("series") or {})
     env = property(lambda self: self.record.get("env") or {})
     error = property(lambda self: self.record.get("error"))
-    label = property(lambda self: self.record.get("label"))
     ok = property(lambda self: self.record.get("status") == "ok")
+
+    @property
+    def label(self) -> str | None:
+        """The configuration's label as the library names it now (older records stored a shorter one)."""
+        try:
+            return self.config.label
+        except (KeyError, TypeError, ValueError):
+            return self.record.get("label")
 
     @property
     def config(self):

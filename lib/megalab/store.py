@@ -268,6 +268,15 @@ def _flatten(d: dict, prefix: str) -> list[tuple[str, Any]]:
     return out
 
 
+def _label(record: dict) -> str | None:
+    """The label the library gives the record's configuration now (older records stored a shorter one)."""
+    from megalab.config import RunConfig
+    try:
+        return RunConfig.from_dict(record["config"]).label
+    except (KeyError, TypeError, ValueError):
+        return record.get("label")
+
+
 def to_frame(records: Iterable[dict]):
     """A pandas DataFrame, one row per record, flat columns: label, key, status, the config fields
     (model = config name, dp and num_microbatches derived), summary fields, gpu_name/gpu_count,
@@ -277,7 +286,7 @@ def to_frame(records: Iterable[dict]):
     rows = []
     for r in records:
         cfg = dict(r.get("config") or {})
-        row: dict = {"label": r.get("label"), "key": r.get("key"), "status": r.get("status")}
+        row: dict = {"label": _label(r), "key": r.get("key"), "status": r.get("status")}
         row["model"] = cfg.pop("name", None)
         row.update(cfg)
         try:
