@@ -212,7 +212,7 @@ def is_recorded(item, store=None) -> bool:
     return True
 
 
-SOLO_SERIES = ("weak", "weak_large", "strong")  # their 1-GPU points are scaling baselines: timed alone
+SOLO_SERIES = ("weak", "weak_large", "weak_mbs16", "strong")  # their 1-GPU points are scaling baselines: timed alone
 
 
 def _jobs(chapter: str, gpus: int, gpu: str, missing_only: bool, store, pending: bool = False) -> list[tuple]:
