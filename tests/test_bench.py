@@ -29,5 +29,6 @@ def test_best_bus_bandwidth_reads_the_records(tmp_path):
             f.write(json.dumps({"kind": "bench", "bench": "nccl", "op": "all_reduce", "gpus": 4,
                                 "size_bytes": size, "busbw_gbs": bw, "env": {}}) + "\n")
     assert bench.best_bus_bandwidth("all_reduce", 4, store=store) == 350.0
+    assert bench.best_bus_bandwidth("all_reduce", 4, size_bytes=4 << 20, store=store) == 30.0   # nearest: 1 MiB
     with pytest.raises(NotRecorded, match="over 8 GPUs"):
         bench.best_bus_bandwidth("all_reduce", 8, store=store)

@@ -155,14 +155,20 @@ def load(kind: str | None = None, store=None):
     return df if kind is None else df[df["bench"] == kind].reset_index(drop=True)
 
 
-def best_bus_bandwidth(op: str = "all_reduce", gpus: int = 4, store=None) -> float:
-    """The highest recorded NCCL bus bandwidth (GB/s) of `op` over `gpus` GPUs: the large-message
-    rate that a chapter turns bytes into seconds with (chapter 00 measures it)."""
+def best_bus_bandwidth(op: str = "all_reduce", gpus: int = 4, size_bytes: float | None = None,
+                       store=None) -> float:
+    """Recorded NCCL bus bandwidth (GB/s) of `op` over `gpus` GPUs: the highest (the large-message rate),
+    or, with `size_bytes`, the best one at the recorded message size nearest to it on a log scale
+    (small messages are latency-bound: chapter 00). Chapters turn bytes into seconds with it."""
+    import math
     df = load("nccl", store=store)
     rows = df[(df["op"] == op) & (df["gpus"] == gpus)]
     if rows.empty:
         from megalab.results import NotRecorded
         raise NotRecorded(f"no NCCL {op} record over {gpus} GPUs: run `megalab bench --gpus {gpus}` on that host")
+    if size_bytes is not None:
+        gap = rows["size_bytes"].map(lambda n: abs(math.log(n / size_bytes)))
+        rows = rows[gap == gap.min()]
     return float(rows["busbw_gbs"].max())
 
 

@@ -47,7 +47,9 @@ class FitResult:
         """One row per probe, sorted by value: value, status, fits, source, speed and memory."""
         import pandas as pd
         rows = [{self.vary: v, "status": r.status, "fits": r.ok, "source": r.source,
-                 "step_time_s": r.summary.get("step_time_s"), "tflops_per_gpu": r.summary.get("tflops_per_gpu"),
+                 # an OOM probe's few steps before the crash are no speed measurement: blank them
+                 "step_time_s": r.summary.get("step_time_s") if r.ok else None,
+                 "tflops_per_gpu": r.summary.get("tflops_per_gpu") if r.ok else None,
                  "mem_reserved_peak_gib": r.summary.get("mem_reserved_peak_gib"), "label": r.label}
                 for v, r in self.probes]
         return pd.DataFrame(rows).sort_values(self.vary).reset_index(drop=True) if rows else pd.DataFrame()
