@@ -183,3 +183,40 @@ if __name__ == "__main__":  # torchrun worker: python -m torch.distributed.run .
     _send_cuda_to_cpu()
     from megalab import train
     train.main(sys.argv[1:])
+
+
+def test_wire_schedule_sets_megatron_hooks_and_restores_param_sync_after_step_0():
+    """The config wiring of Megatron-LM's train(): overlap hooks, loss scale, grad finalisation, and the
+    first step without param all-gather pre-hooks (then on again)."""
+    from types import SimpleNamespace
+    from megalab.train import wire_schedule
+
+    calls = []
+
+    class Chunk:
+        no_sync = start_grad_sync = start_param_sync = object()
+
+        def disable_forward_pre_hook(self, param_sync):
+            calls.append(("off", param_sync))
+
+        def enable_forward_pre_hook(self):
+            calls.append("on")
+
+    model = [Chunk()]
+    config = SimpleNamespace(param_sync_func=None)
+    ddp = SimpleNamespace(overlap_grad_reduce=True, align_param_gather=True, overlap_param_gather=True)
+    after = wire_schedule(config, model, SimpleNamespace(scale_loss="scale"), ddp)
+    assert config.grad_scale_func == "scale" and config.grad_sync_func is Chunk.start_grad_sync
+    assert config.param_sync_func is None and calls == [("off", False)]
+    after()
+    assert config.param_sync_func is Chunk.start_param_sync and calls[-1] == "on"
+
+
+def test_step_line_is_the_metrics_protocol():
+    from megalab import metrics, presets
+    from megalab.train import step_line
+    cfg = presets.get("gpt-1.2b").replace(mbs=8, gbs=8)
+    line = step_line(cfg, 5, 8.3, 1.2, 3e-4, 0.2, [30.0, 32.0], 989.0)
+    parsed = metrics.parse_line(__import__("json").dumps(line))
+    assert parsed["kind"] == "step" and parsed["tokens_per_s"] == 8 * 1024 / 0.2
+    assert abs(parsed["mfu"] - parsed["tflops_per_gpu"] / 989.0) < 1e-12

@@ -360,6 +360,68 @@ def is_oom(e: BaseException) -> bool:
     return isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e) or "CUBLAS_STATUS_ALLOC_FAILED" in str(e)
 
 
+# -- training state: Megatron-LM's setup_model_and_optimizer and train() wiring ----------------------
+def build_training(cfg, chunks, config, ddp_config, optim_config, device):
+    """Float16Module -> DistributedDataParallel per chunk, get_megatron_optimizer, warm-up + cosine LR."""
+    from megatron.core.distributed import DistributedDataParallel
+    from megatron.core.optimizer import get_megatron_optimizer, get_standard_config_overrides
+    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+    from megatron.core.transformer.module import Float16Module
+
+    if cfg.init == "layout_invariant":
+        init_layout_invariant(chunks, cfg, device)
+    model = [Float16Module(config, c) for c in chunks]  # bf16 weights; the fp32 main copy lives in the optimizer
+    model = [DistributedDataParallel(config, ddp_config, m, disable_bucketing=i > 0)  # later chunks overlap anyway
+             for i, m in enumerate(model)]
+    if cfg.dp * cfg.cp > 1:
+        for m in model:
+            m.broadcast_params()  # replicas already agree (same seeds): cheap insurance, once
+    optimizer = get_megatron_optimizer(optim_config, model, config_overrides=get_standard_config_overrides(optim_config))
+    warmup = min(10, cfg.iters // 10)  # linear warm-up from 0, then cosine to lr/10 at the last step
+    scheduler = OptimizerParamScheduler(
+        optimizer, init_lr=0.0, max_lr=cfg.lr, min_lr=cfg.lr / 10, lr_warmup_steps=warmup,
+        lr_decay_steps=cfg.iters, lr_decay_style="cosine", start_wd=0.1, end_wd=0.1,
+        wd_incr_steps=cfg.iters, wd_incr_style="constant")
+    return model, optimizer, scheduler
+
+
+def wire_schedule(config, model, optimizer, ddp_config):
+    """What Megatron-LM's train() wires into the config (training.py): loss scale, overlap hooks, and the
+    grad finalisation that forward_backward_func calls at its end. Returns the function to call after the
+    first step (Megatron-LM runs it without the param all-gather pre-hooks, then turns them on)."""
+    from megatron.core.distributed import finalize_model_grads
+
+    config.grad_scale_func = optimizer.scale_loss
+    one = lambda fns: fns[0] if len(fns) == 1 else fns  # noqa: E731
+    if ddp_config.overlap_grad_reduce:
+        config.no_sync_func = one([m.no_sync for m in model])
+        config.grad_sync_func = one([m.start_grad_sync for m in model])
+    if ddp_config.align_param_gather:
+        config.param_sync_func = one([m.start_param_sync for m in model])
+    config.finalize_model_grads_func = finalize_model_grads  # dp reduce, sp norms, tied embeddings
+    param_sync_func, hooks_off = config.param_sync_func, ddp_config.overlap_param_gather
+    if hooks_off:
+        for m in model:
+            m.disable_forward_pre_hook(param_sync=False)
+        config.param_sync_func = None
+
+    def after_first_step():
+        if hooks_off:
+            for m in model:
+                m.enable_forward_pre_hook()
+            config.param_sync_func = param_sync_func
+    return after_first_step
+
+
+def step_line(cfg, step: int, loss, grad_norm, lr, step_time: float, mem: list, peak: float | None) -> dict:
+    """The metrics protocol's step record (megalab.metrics parses it)."""
+    tflops = theory.flops_per_step(cfg) / step_time / cfg.gpus / 1e12  # model FLOPs: recomputation not counted
+    return {"kind": "step", "step": step, "loss": loss, "grad_norm": grad_norm, "lr": lr,
+            "step_time_s": step_time, "tokens_per_s": cfg.gbs * cfg.seq / step_time,
+            "tflops_per_gpu": tflops, "mfu": tflops / peak if peak else None,
+            "mem_allocated_peak_gib": mem[0], "mem_reserved_peak_gib": mem[1]}
+
+
 # -- main -----------------------------------------------------------------------------------------
 def main(argv=None) -> None:
     args = parse_args(argv)
@@ -408,44 +470,12 @@ def train(cfg, args, rank: int) -> None:
         torch.distributed.destroy_process_group()
         return
 
-    from megatron.core.distributed import DistributedDataParallel, finalize_model_grads
-    from megatron.core.optimizer import get_megatron_optimizer, get_standard_config_overrides
-    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler, get_canonical_lr_for_logging
-    from megatron.core.pipeline_parallel import get_forward_backward_func
-    from megatron.core.transformer.module import Float16Module
-
-    if cfg.init == "layout_invariant":
-        init_layout_invariant(chunks, cfg, device)
-    model = [Float16Module(config, c) for c in chunks]  # bf16 weights; the fp32 main copy lives in the optimizer
-    model = [DistributedDataParallel(config, ddp_config, m, disable_bucketing=i > 0)  # later chunks overlap anyway
-             for i, m in enumerate(model)]
-    if cfg.dp * cfg.cp > 1:
-        for m in model:
-            m.broadcast_params()  # replicas already agree (same seeds): cheap insurance, once
-    optimizer = get_megatron_optimizer(optim_config, model, config_overrides=get_standard_config_overrides(optim_config))
-    warmup = min(10, cfg.iters // 10)  # linear warm-up from 0, then cosine to lr/10 at the last step
-    scheduler = OptimizerParamScheduler(
-        optimizer, init_lr=0.0, max_lr=cfg.lr, min_lr=cfg.lr / 10, lr_warmup_steps=warmup,
-        lr_decay_steps=cfg.iters, lr_decay_style="cosine", start_wd=0.1, end_wd=0.1,
-        wd_incr_steps=cfg.iters, wd_incr_style="constant")
+    model, optimizer, scheduler = build_training(cfg, chunks, config, ddp_config, optim_config, device)
+    after_first_step = wire_schedule(config, model, optimizer, ddp_config)
     data_iterator = get_data_iterator(cfg, device, len(model))
+    from megatron.core.optimizer_param_scheduler import get_canonical_lr_for_logging
+    from megatron.core.pipeline_parallel import get_forward_backward_func
     forward_backward_func = get_forward_backward_func()  # no pipelining, 1F1B, or interleaved 1F1B
-
-    # What Megatron-LM's train() wires into the config (training.py): loss scale, overlap hooks,
-    # and the grad finalisation that forward_backward_func calls at its end.
-    config.grad_scale_func = optimizer.scale_loss
-    one = lambda fns: fns[0] if len(fns) == 1 else fns  # noqa: E731
-    if ddp_config.overlap_grad_reduce:
-        config.no_sync_func = one([m.no_sync for m in model])
-        config.grad_sync_func = one([m.start_grad_sync for m in model])
-    if ddp_config.align_param_gather:
-        config.param_sync_func = one([m.start_param_sync for m in model])
-    config.finalize_model_grads_func = finalize_model_grads  # dp reduce, sp norms, tied embeddings
-    param_sync_func, hooks_off = config.param_sync_func, ddp_config.overlap_param_gather
-    if hooks_off:  # Megatron-LM: the first step runs without the param all-gather pre-hooks
-        for m in model:
-            m.disable_forward_pre_hook(param_sync=False)
-        config.param_sync_func = None
 
     prof = profiler(args.run_dir or ".") if args.profile and rank == 0 else None
     if rank == 0:
@@ -454,7 +484,8 @@ def train(cfg, args, rank: int) -> None:
         prof.start()
     for m in model:
         m.train()
-    startup_s, flops, peak = None, theory.flops_per_step(cfg), peak_tflops()
+    startup_s, peak = None, peak_tflops()
+    # -- the loop: zero_grad -> forward_backward_func (ends with finalize_model_grads) -> step -> log ----
     for step in range(cfg.iters):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -464,7 +495,7 @@ def train(cfg, args, rank: int) -> None:
         losses = forward_backward_func(
             forward_step_func=forward_step_func, data_iterator=data_iterator, model=model,
             num_microbatches=cfg.num_microbatches, seq_length=cfg.seq, micro_batch_size=cfg.mbs,
-            decoder_seq_length=cfg.seq, forward_only=False)  # ends with finalize_model_grads
+            decoder_seq_length=cfg.seq, forward_only=False)
         lr = get_canonical_lr_for_logging(optimizer.param_groups)
         _, grad_norm, _ = optimizer.step()  # CPU-GPU sync point inside Megatron: the clip norm's .item()
         scheduler.step(increment=1)
@@ -472,17 +503,10 @@ def train(cfg, args, rank: int) -> None:
         step_time = time.perf_counter() - t0
         if step == 0:
             startup_s = time.time() - float(os.environ.get("MEGALAB_LAUNCH_T", _T0))
-            if hooks_off:
-                for m in model:
-                    m.enable_forward_pre_hook()
-                config.param_sync_func = param_sync_func
+            after_first_step()
         loss, *mem = max_over_ranks(device, reduced_loss(losses))  # reduced_loss: on the last stage only
         if rank == 0:
-            tflops = flops / step_time / cfg.gpus / 1e12  # model FLOPs: recomputation not counted
-            emit({"kind": "step", "step": step, "loss": loss, "grad_norm": grad_norm, "lr": lr,
-                  "step_time_s": step_time, "tokens_per_s": cfg.gbs * cfg.seq / step_time,
-                  "tflops_per_gpu": tflops, "mfu": tflops / peak if peak else None,
-                  "mem_allocated_peak_gib": mem[0], "mem_reserved_peak_gib": mem[1]})
+            emit(step_line(cfg, step, loss, grad_norm, lr, step_time, mem, peak))
         if prof is not None:
             prof.step()
 
@@ -497,7 +521,6 @@ def train(cfg, args, rank: int) -> None:
               "env": env.fingerprint()})
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
-
 
 if __name__ == "__main__":
     main()
