@@ -69,3 +69,14 @@ def test_pending_runs_are_not_read_by_the_chapter():
 def test_unknown_chapter():
     with pytest.raises(KeyError, match="ch01"):
         experiments.plan("ch99")
+
+
+def test_searches_are_sized_for_the_gpu_that_runs_them(monkeypatch):
+    """Cached: the reference GPU. Live on an 80 GB H100: the H100's window, not the H200's."""
+    import megalab.env
+    assert experiments.sizing_gpu("cached") == "H200"
+    monkeypatch.setattr(megalab.env, "local_gpus", lambda: ("NVIDIA H100 80GB HBM3", 8))
+    assert experiments.sizing_gpu("auto") == "H100"
+    assert experiments.data_parallel(gpu="H100")["fit_mbs"].window[1] < 30
+    monkeypatch.setattr(megalab.env, "local_gpus", lambda: ("Some Future GPU", 1))
+    assert experiments.sizing_gpu("live") == "H200"

@@ -103,3 +103,12 @@ def test_reference_of_uses_the_default_dispatcher():
     from megalab.sweep import reference_of
     cfg = presets.get("moe-small").replace(gpus=4, ep=4, mbs=2, gbs=16)
     assert reference_of(cfg.replace(moe_dispatcher="allgather")).key == reference_of(cfg).key
+
+
+def test_fit_best_names_the_probes_when_nothing_fits():
+    from megalab.sweep import FitResult
+    from megalab.results import Result
+    ok, oom = Result({"status": "ok"}, "cached"), Result({"status": "oom"}, "cached")
+    assert FitResult("mbs", 4, [(4, ok), (8, oom)]).best is ok
+    with pytest.raises(LookupError, match="8: oom"):
+        FitResult("mbs", None, [(8, oom)]).best

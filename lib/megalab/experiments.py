@@ -29,6 +29,18 @@ def degrees(gpus: int) -> list[int]:
     return out
 
 
+def sizing_gpu(mode: str, reference: str = "H200") -> str:
+    """The GPU model a chapter's memory searches are sized for: this machine's, when it will run live
+    and its model is in megalab.hardware; otherwise the reference records' GPU."""
+    from megalab.env import local_gpus
+    from megalab.hardware import UnknownGPU, gpu_spec
+    here = local_gpus()[0] if mode != "cached" else None
+    try:
+        return gpu_spec(here).name if here else reference
+    except UnknownGPU:
+        return reference
+
+
 # -- questions that take several runs --------------------------------------------------------------
 def predicted_largest(cfg: RunConfig, vary: str, gpu: str, step: int = 1, limit: int = 4096) -> int:
     """The largest value of `vary` (mbs or layers) that theory's memory model fits on `gpu`."""
@@ -108,23 +120,24 @@ def _line(tag: str, sub: str, cfg: RunConfig, *extra) -> str:
 
 
 # -- chapter 01: data parallelism and the distributed optimizer ------------------------------------
-def data_parallel(gpus: int = 4, iters: int = ITERS) -> dict:
-    """gpt2-xl (1.56 B parameters, seq 1024), Transformer Engine spec. mbs 4 unless said otherwise."""
+def data_parallel(gpus: int = 4, iters: int = ITERS, gpu: str = "H200") -> dict:
+    """gpt2-xl (1.56 B parameters, seq 1024), Transformer Engine spec. mbs 4 unless said otherwise.
+    `gpu`: the card the memory searches are sized for (the reference H200, or a reader's own GPU)."""
     base = presets.get("gpt2-xl").replace(iters=iters)
     ds = degrees(gpus)
     top = ds[-1]
     weak = [base.replace(gpus=d, mbs=4, gbs=16 * d) for d in ds]            # 16 sequences per GPU per step
     return {
         "one_gpu": base.replace(mbs=1, gbs=1),
-        "fit_mbs": {"H200": Fit(base.replace(mbs=1, gbs=1), "mbs", "H200")},
+        "fit_mbs": Fit(base.replace(mbs=1, gbs=1), "mbs", gpu),
         "accumulation": [base.replace(mbs=4, gbs=4 * k) for k in (1, 2, 4, 8)],
         "weak": weak,
         "strong": [base.replace(gpus=d, mbs=4, gbs=4 * top) for d in (1, top)],  # one micro-batch per GPU at top
         "overlap": [c.replace(overlap=True) for c in weak[-1:] if c.dp > 1],
         "dist_opt": [c.replace(dist_opt=True) for c in weak[-1:] if c.dp > 1],
-        "fit_mbs_dist_opt": [Fit(base.replace(gpus=2, mbs=1, gbs=2, dist_opt=True), "mbs", "H200")][:gpus // 2],
+        "fit_mbs_dist_opt": [Fit(base.replace(gpus=2, mbs=1, gbs=2, dist_opt=True), "mbs", gpu)][:gpus // 2],
         # DP replicates the model state, so without the distributed optimizer DP=N fits what 1 GPU fits
-        "fit_layers": Fit(base.replace(mbs=1, gbs=1), "layers", "H200", step=8, width=0.05),
+        "fit_layers": Fit(base.replace(mbs=1, gbs=1), "layers", gpu, step=8, width=0.05),
         # DP=4 + distributed optimizer against DP=1 with accumulation, same global batch: recorded with the
         # trainer's parity matrix on gpt-350m (local spec); the gpt2-xl pair is in PENDING
         "parity": Parity(presets.get("gpt-350m").replace(gpus=top, mbs=4, gbs=4 * top, dist_opt=True,
@@ -143,7 +156,7 @@ def _data_parallel_pending(gpus: int = 4, iters: int = ITERS) -> dict:
         "strong": [base.replace(gpus=d, mbs=4, gbs=4 * top) for d in degrees(gpus) if d not in (1, top)],
         "overlap": [base.replace(gpus=d, mbs=4, gbs=16 * d, overlap=True) for d in degrees(gpus)[1:-1]],
         "dist_opt": [base.replace(gpus=d, mbs=4, gbs=16 * d, dist_opt=True) for d in degrees(gpus)[1:-1]],
-        "fit_mbs": {"H100": Fit(base.replace(mbs=1, gbs=1), "mbs", "H100")},
+        "fit_mbs_80gb": Fit(base.replace(mbs=1, gbs=1), "mbs", "H100"),
         "fit_mbs_dist_opt": [Fit(base.replace(gpus=d, mbs=1, gbs=d, dist_opt=True), "mbs", "H200")
                              for d in degrees(gpus)[2:]],
         "fit_layers_dist_opt": Fit(base.replace(gpus=top, mbs=1, gbs=top, dist_opt=True), "layers", "H200",

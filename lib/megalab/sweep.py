@@ -54,6 +54,14 @@ class FitResult:
                 for v, r in self.probes]
         return pd.DataFrame(rows).sort_values(self.vary).reset_index(drop=True) if rows else pd.DataFrame()
 
+    @property
+    def best(self):
+        """The Result of the largest value that fits; LookupError when no probe fit (widen the window)."""
+        if self.largest is None:
+            tried = ", ".join(f"{v}: {r.status}" for v, r in self.probes)
+            raise LookupError(f"no {self.vary} in the window fits ({tried}): lower `lo` or check the GPU model")
+        return dict(self.probes)[self.largest]
+
     def _repr_html_(self):
         return f"<p>largest {self.vary} that fits: <b>{self.largest}</b></p>" + self.table.to_html(index=False)
 
