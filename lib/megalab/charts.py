@@ -113,6 +113,7 @@ def scaling(df, x: str = "gpus", y: str = "tokens_per_s", ideal: bool = True, ki
     fig.update_yaxes(title_text=y, row=1, col=1)
     fig.update_yaxes(title_text="efficiency", tickformat=".0%", row=2, col=1)
     fig.update_xaxes(title_text=x, row=2, col=1)
+    fig.update_xaxes(tickvals=sorted(df[x].unique()))  # whole GPU counts, no 1.5 GPUs
     return fig
 
 
