@@ -3,7 +3,7 @@
 from megalab import metrics
 from megalab.config import RunConfig
 from megalab.launch import RunOutcome
-from megalab.store import make_record
+from megalab.records import make_record
 
 CFG = RunConfig(name="gpt-test", layers=4, hidden=256, heads=4, gpus=2, tp=2, mbs=2, gbs=8, impl="local")
 

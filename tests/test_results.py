@@ -77,11 +77,12 @@ def test_live_records_failures_too(tmp_path, monkeypatch):
 
 
 def test_store_names_are_re_exported():
-    """`results.Store`, `results.load(...)` and friends are the store's own objects."""
-    from megalab import store
-    for name in ("Store", "load", "find", "import_records", "to_frame", "make_record", "utc_now", "matches",
-                 "default_root", "RUNS", "BENCH", "ERRATA"):
+    """`results.Store`, `results.load(...)` and friends are the store's and the records' own objects."""
+    from megalab import records, store
+    for name in ("Store", "load", "find", "import_records", "matches", "default_root", "RUNS", "BENCH", "ERRATA"):
         assert getattr(results, name) is getattr(store, name), name
+    for name in ("to_frame", "make_record", "utc_now"):
+        assert getattr(results, name) is getattr(records, name), name
 
 
 def test_a_transient_failure_never_hides_a_settled_record(tmp_path):

@@ -9,7 +9,8 @@ import warnings
 
 import pytest
 
-from megalab.store import Store, load, to_frame
+from megalab.records import to_frame
+from megalab.store import Store, load
 
 from run_records import CFG
 from run_records import record as _record
@@ -197,7 +198,7 @@ def test_errata_retract_records_without_touching_them(tmp_path):
 
 
 def test_provenance_groups_records_by_environment_and_commit():
-    from megalab.store import provenance
+    from megalab.records import provenance
     env = {"gpu_name": "NVIDIA H200", "gpu_count": 4, "driver": "580", "torch": "2.11.0"}
     recs = [{"env": env, "git_commit": "a" * 40, "recorded_at": "2026-11-21T19:00:00Z"},
             {"env": {**env, "gpu_count": 1}, "git_commit": "a" * 40, "recorded_at": "2026-11-21T19:05:00Z"},
@@ -213,7 +214,7 @@ def test_a_profiled_run_keeps_its_kernel_timeline(tmp_path):
     import json
     from megalab import metrics
     from megalab.launch import RunOutcome
-    from megalab.store import make_record
+    from megalab.records import make_record
     from run_records import CFG
     (tmp_path / "profile.json").write_text(json.dumps({"steps": [5, 6, 7], "kernel_s_per_step": {"nccl": 0.1},
                                                        "timeline": {"step": 7, "kernels": []}}))

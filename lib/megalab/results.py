@@ -3,8 +3,8 @@ layout do?": live (launch it here and record it), cached (the newest recorded re
 with the command that records it), auto (this machine's record, else a live run if it fits, else the
 reference record).
 
-The records themselves live in the append-only store (`store.py`); its public names are re-exported
-here, so `results.load(...)`, `results.Store`, `results.to_frame(...)` keep working.
+The records themselves live in the append-only store (`store.py`, what a record holds: `records.py`);
+their public names are re-exported here: `results.load(...)`, `results.Store`, `results.to_frame(...)`.
 """
 
 from __future__ import annotations
@@ -26,12 +26,10 @@ from megalab.store import (  # noqa: F401  (re-exported: results.Store, results.
     find,
     import_records,
     load,
-    make_record,
     matches,
     same_gpu_model,
-    to_frame,
-    utc_now,
 )
+from megalab.records import make_record, to_frame, utc_now  # noqa: F401  (re-exported)
 
 MODES = ("live", "cached", "auto")
 SOURCES = ("live", "cached", "reference")

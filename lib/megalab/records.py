@@ -1,0 +1,157 @@
+"""What a record says: the schema of one recorded run (`make_record`), the table view of many
+(`to_frame`), and where they came from (`provenance`). Writing and reading them is `store.py`.
+
+A run record (schema 1): id, key and label of the RunConfig, the config itself, status and error,
+summary (metrics.summarize after the warm-up steps, plus startup and per-rank memory peaks), the
+per-step series, theory's prediction, the environment it ran in (GPU, driver, CUDA, torch, Megatron
+Core, Transformer Engine), git commit, time, tags, the run folder, and for a profiled run its kernels.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+SCHEMA = 1
+RUNS, BENCH, ERRATA = "runs.jsonl", "bench.jsonl", "errata.jsonl"
+SERIES_FIELDS = ("step", "loss", "step_time_s", "grad_norm")
+SUMMARY_FIELDS = ("step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "mem_allocated_peak_gib",
+                  "mem_reserved_peak_gib", "loss_first", "loss_last", "startup_s", "steps")
+ENV_FIELDS = ("gpu_name", "gpu_count", "gpu_mem_gib", "interconnect", "driver", "cuda", "torch",
+              "megatron_core", "transformer_engine", "python", "hostname")
+
+
+_LEAD = ("label", "key", "status", "model", "gpus", "tp", "pp", "vpp", "cp", "ep", "etp", "dp", "sp",
+         "mbs", "gbs", "seq", "num_microbatches")
+
+
+def _flatten(d: dict, prefix: str) -> list[tuple[str, Any]]:
+    out = []
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out += _flatten(v, f"{prefix}{k}_")
+        elif not isinstance(v, list):
+            out.append((f"{prefix}{k}", v))
+    return out
+
+
+def _label(record: dict) -> str | None:
+    """The label the library gives the record's configuration now (older records stored a shorter one)."""
+    from megalab.config import RunConfig
+    try:
+        return RunConfig.from_dict(record["config"]).label
+    except (KeyError, TypeError, ValueError):
+        return record.get("label")
+
+
+def to_frame(records: Iterable[dict]):
+    """A pandas DataFrame, one row per record, flat columns: label, key, status, the config fields
+    (model = config name, dp and num_microbatches derived), summary fields, gpu_name/gpu_count,
+    predicted_<name> for the theory numbers (nested: predicted_memory_gib_total), error, tags, recorded_at, id."""
+    import pandas as pd  # lazy: pandas is slow to import
+
+    rows = []
+    for r in records:
+        cfg = dict(r.get("config") or {})
+        row: dict = {"label": _label(r), "key": r.get("key"), "status": r.get("status")}
+        row["model"] = cfg.pop("name", None)
+        row.update(cfg)
+        try:
+            row["dp"] = cfg["gpus"] // (cfg["tp"] * cfg["pp"] * cfg["cp"])
+            row["num_microbatches"] = cfg["gbs"] // (cfg["mbs"] * row["dp"])
+        except (KeyError, TypeError, ZeroDivisionError):
+            row["dp"] = row["num_microbatches"] = None
+        summary = r.get("summary") or {}
+        for name in SUMMARY_FIELDS:
+            row[name] = summary.get(name)
+        env = r.get("env") or {}
+        row["gpu_name"], row["gpu_count"] = env.get("gpu_name"), env.get("gpu_count")
+        for name, value in _flatten(r.get("predicted") or {}, "predicted_"):
+            row[name] = value
+        row["error"] = (r.get("error") or {}).get("message")
+        row["tags"] = list(r.get("tags") or [])
+        row["recorded_at"], row["id"] = r.get("recorded_at"), r.get("id")
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    lead = [c for c in _LEAD if c in frame.columns]
+    return frame[lead + [c for c in frame.columns if c not in lead]]
+
+
+# -- records ---------------------------------------------------------------------------------------
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def make_record(cfg, outcome, predicted: dict | None = None, env: dict | None = None,
+                git_commit: str | None = None, tags: Iterable[str] = ()) -> dict:
+    """One schema-1 record from a RunConfig and a launch.RunOutcome.
+
+    env defaults to the fingerprint the trainer printed in its summary line (the machine that ran),
+    else this machine's. summary: metrics.summarize over the steps plus startup_s and per-rank peaks.
+    """
+    from megalab import metrics
+
+    parsed = outcome.parsed if outcome.parsed is not None else metrics.Parsed()
+    steps, final = parsed.steps, parsed.summary or {}
+    summary = metrics.summarize(steps)
+    summary["startup_s"] = final.get("startup_s")
+    for name in ("mem_allocated_peak_gib_per_rank", "mem_reserved_peak_gib_per_rank"):
+        if final.get(name) is not None:
+            summary[name] = final[name]
+    if env is None:
+        env = final.get("env")
+    if env is None:
+        from megalab.env import fingerprint
+        env = fingerprint()
+    return {
+        "schema": SCHEMA,
+        "id": uuid.uuid4().hex,
+        "key": cfg.key,
+        "label": cfg.label,
+        "config": cfg.to_dict(),
+        "status": outcome.status,
+        "error": outcome.error,
+        "summary": summary,
+        "series": {name: [s.get(name) for s in steps] for name in SERIES_FIELDS},
+        "predicted": predicted or {},
+        "env": {name: env.get(name) for name in ENV_FIELDS},
+        "git_commit": git_commit,
+        "recorded_at": utc_now(),
+        "tags": list(tags),
+        "run_dir": str(outcome.run_dir) if outcome.run_dir is not None else None,
+        **_profile(outcome.run_dir),
+    }
+
+
+def _profile(run_dir) -> dict:
+    """{"profile": ...} from a profiled run's profile.json (kernel time by category, one step's timeline)."""
+    path = Path(run_dir) / "profile.json" if run_dir is not None else None
+    if path is None or not path.is_file():
+        return {}
+    try:
+        return {"profile": json.loads(path.read_text())}
+    except (OSError, ValueError):
+        return {}
+
+
+PROVENANCE = ("gpu_name", "interconnect", "driver", "cuda", "torch", "megatron_core", "transformer_engine", "python")
+
+
+def provenance(records: Iterable[dict]):
+    """Where records come from: one row per distinct environment fingerprint and git commit, with the
+    number of records, GPU counts seen and the first and last recording time (UTC)."""
+    import pandas as pd
+
+    rows = [{**{f: (r.get("env") or {}).get(f) for f in PROVENANCE},
+             "gpus": (r.get("env") or {}).get("gpu_count"), "git_commit": (r.get("git_commit") or "")[:12],
+             "recorded_at": r.get("recorded_at")} for r in records]
+    df = pd.DataFrame(rows, columns=[*PROVENANCE, "gpus", "git_commit", "recorded_at"])
+    keys = [*PROVENANCE, "git_commit"]
+    out = df.fillna({"transformer_engine": "not installed"}).groupby(keys, dropna=False).agg(
+        records=("recorded_at", "size"), gpus=("gpus", lambda s: sorted(set(s.dropna().astype(int)))),
+        first=("recorded_at", "min"), last=("recorded_at", "max"))
+    return out.reset_index().sort_values("first", ignore_index=True)
