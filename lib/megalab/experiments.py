@@ -153,6 +153,8 @@ def _data_parallel_pending(gpus: int = 4, iters: int = ITERS) -> dict:
     return {
         # scaling where the GPU, not the host's kernel launches, sets the pace (mbs 4 is launch-bound)
         "weak_mbs16": [base.replace(gpus=d, mbs=16, gbs=64 * d) for d in degrees(gpus)],
+        "reduce_mbs16": [base.replace(gpus=top, mbs=16, gbs=64 * top, **kw)
+                         for kw in ({"overlap": True}, {"dist_opt": True}, {"dist_opt": True, "overlap": True})],
         "strong": [base.replace(gpus=d, mbs=4, gbs=4 * top) for d in degrees(gpus) if d not in (1, top)],
         "overlap": [base.replace(gpus=d, mbs=4, gbs=16 * d, overlap=True) for d in degrees(gpus)[1:-1]],
         "dist_opt": [base.replace(gpus=d, mbs=4, gbs=16 * d, dist_opt=True) for d in degrees(gpus)[1:-1]],
