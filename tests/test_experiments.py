@@ -80,3 +80,22 @@ def test_searches_are_sized_for_the_gpu_that_runs_them(monkeypatch):
     assert experiments.data_parallel(gpu="H100")["fit_mbs"].window[1] < 30
     monkeypatch.setattr(megalab.env, "local_gpus", lambda: ("Some Future GPU", 1))
     assert experiments.sizing_gpu("live") == "H200"
+
+
+def test_a_run_in_two_series_is_planned_once_and_alone(tmp_path):
+    """gpt2-xl DP=1 mbs 4 gbs 16 is both the weak-scaling baseline and an accumulation point."""
+    lines = experiments.plan("ch01", store=Store(tmp_path))
+    runs = [line.split(" ", 1)[1] for line in lines if line.startswith(("ch01 --", "ch01! --"))]
+    assert len(runs) == len(set(runs))
+    baseline = [line for line in lines if "--gpus 1 " in line and "--mbs 4 --gbs 16 " in line and " parity" not in line
+                and "--iters 20 " in line]
+    assert baseline and all(line.startswith("ch01! ") for line in baseline)
+
+
+def test_a_failed_record_is_not_recorded(tmp_path):
+    cfg = experiments.data_parallel()["one_gpu"]
+    store = Store(tmp_path)
+    store.append({"key": cfg.key, "status": "failed", "config": cfg.to_dict(), "env": {}})
+    assert not experiments.is_recorded(cfg, store)
+    store.append({"key": cfg.key, "status": "oom", "config": cfg.to_dict(), "env": {}})
+    assert experiments.is_recorded(cfg, store)

@@ -216,3 +216,17 @@ def test_kernel_timeline_keeps_one_profiled_step():
                                         ("vectorized_elementwise_kernel", "other")])
 def test_kernel_category(name, kind):
     assert metrics.kernel_category(name) == kind
+
+
+def test_kernel_seconds_count_kernels_only():
+    """Profiler annotations (ProfilerStep#N, nccl:all_reduce ranges) are not kernels: not counted."""
+    trace = {"traceEvents": [
+        {"name": "ProfilerStep#5", "ph": "X", "ts": 0, "dur": 1000, "cat": "gpu_user_annotation"},
+        {"name": "ProfilerStep#5", "ph": "X", "ts": 0, "dur": 1000, "cat": "user_annotation"},
+        {"name": "ProfilerStep#6", "ph": "X", "ts": 1000, "dur": 1000, "cat": "user_annotation"},
+        {"name": "nccl:all_reduce", "cat": "gpu_user_annotation", "ts": 100, "dur": 500},
+        {"name": "ncclDevKernel_AllReduce", "cat": "kernel", "ts": 200, "dur": 100, "args": {"stream": 23}},
+        {"name": "sm90_xmma_gemm", "cat": "kernel", "ts": 1200, "dur": 300, "args": {"stream": 7}},
+    ]}
+    s = metrics.kernel_seconds(trace, [5, 6])
+    assert s == {"nccl": 50e-6, "gemm": 150e-6, "attention": 0.0, "other": 0.0}

@@ -112,3 +112,16 @@ def test_fit_best_names_the_probes_when_nothing_fits():
     assert FitResult("mbs", 4, [(4, ok), (8, oom)]).best is ok
     with pytest.raises(LookupError, match="8: oom"):
         FitResult("mbs", None, [(8, oom)]).best
+
+
+def test_a_probe_that_crashed_answers_nothing(tmp_path):
+    """A timed-out probe is neither fits nor does-not-fit: fit raises ProbeFailed naming it."""
+    from megalab import presets
+    from megalab.results import Store
+    from megalab.sweep import ProbeFailed, fit, with_value
+    cfg = presets.get("gpt-tiny").replace(impl="local", mbs=1, gbs=1)
+    store = Store(tmp_path)
+    store.append({"key": with_value(cfg, "mbs", 1).key, "status": "ok", "config": with_value(cfg, "mbs", 1).to_dict(), "env": {}})
+    store.append({"key": with_value(cfg, "mbs", 4).key, "status": "timeout", "config": with_value(cfg, "mbs", 4).to_dict(), "env": {}})
+    with pytest.raises(ProbeFailed, match="mbs=4.*timeout"):
+        fit(cfg, "mbs", lo=1, hi=4, mode="cached", store=store, quiet=True)

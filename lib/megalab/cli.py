@@ -150,7 +150,8 @@ def cmd_env(ns) -> int:
 
 def cmd_fit(ns) -> int:
     from megalab.sweep import fit
-    out = fit(_config(ns), vary=ns.vary, lo=ns.lo, hi=ns.hi, mode=ns.mode, step=ns.step, timeout_s=ns.timeout)
+    out = fit(_config(ns), vary=ns.vary, lo=ns.lo, hi=ns.hi, mode=ns.mode, step=ns.step, timeout_s=ns.timeout,
+              tags=ns.tag)
     print(out.table.to_string(index=False))
     print(f"largest {ns.vary} that fits: {out.largest}")
     return EXIT_OK
@@ -158,7 +159,7 @@ def cmd_fit(ns) -> int:
 
 def cmd_parity(ns) -> int:
     from megalab.sweep import parity
-    out = parity(_config(ns), mode=ns.mode, repeats=ns.repeats, timeout_s=ns.timeout)
+    out = parity(_config(ns), mode=ns.mode, repeats=ns.repeats, timeout_s=ns.timeout, tags=ns.tag)
     print(out.series.to_string(index=False))
     print(repr(out))
     return EXIT_OK if out.passes else EXIT_RUN_FAILED
@@ -246,11 +247,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--step", type=int, help="probe multiples of this (default: 1, 128 for seq, pp*vpp for layers)")
     s.add_argument("--mode", choices=MODES, default="auto")
     s.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S)
+    s.add_argument("--tag", action="append", default=[], help="tag stored with every probe (repeatable)")
 
     s = cmd("parity", cmd_parity, "compare the loss curve of a layout with the single-GPU run", True)
     s.add_argument("--mode", choices=MODES, default="auto")
     s.add_argument("--repeats", type=int, default=2, help="single-GPU repeats that measure run-to-run spread")
     s.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S)
+    s.add_argument("--tag", action="append", default=[], help="tag stored with every run (repeatable)")
 
     s = cmd("experiments", cmd_experiments, "print a chapter's recording plan (tools/gpu/pack.py lines)")
     s.add_argument("chapter", help="ch01, ch02, ...")
@@ -287,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     from megalab.config import InvalidLayout
     from megalab.launch import NotEnoughGPUs
     from megalab.results import NotRecorded
+    from megalab.sweep import ProbeFailed
 
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["bench"]:  # its flags belong to megalab.bench (argparse REMAINDER drops leading flags)
@@ -309,3 +313,6 @@ def main(argv: list[str] | None = None) -> int:
     except NotRecorded as e:
         print(f"megalab {ns.command}: {e}", file=sys.stderr)
         return EXIT_NOT_RECORDED
+    except ProbeFailed as e:
+        print(f"megalab {ns.command}: {e}", file=sys.stderr)
+        return EXIT_RUN_FAILED

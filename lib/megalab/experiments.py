@@ -215,15 +215,20 @@ def _gpu_of(item) -> str | None:
 
 
 def is_recorded(item, store=None) -> bool:
-    """Does the store answer this item in cached mode (every run of a fit or parity included)?"""
-    from megalab.results import NotRecorded, run
+    """Does the store answer this item in cached mode with settled outcomes (ok, oom, invalid), every run
+    of a fit or parity included? A timeout or crash on record is worth recording again."""
+    from megalab.results import SETTLED, NotRecorded, run
+    from megalab.sweep import ProbeFailed
     try:
         if isinstance(item, RunConfig):
-            run(item, mode="cached", store=store, quiet=True)
-        else:
-            item.run(mode="cached", store=store, quiet=True)
-    except NotRecorded:
+            return run(item, mode="cached", store=store, quiet=True).status in SETTLED
+        result = item.run(mode="cached", store=store, quiet=True)
+    except (NotRecorded, ProbeFailed):
         return False
+    if isinstance(item, Parity):
+        return all(r.status in SETTLED for r in [*result.reference, result.layout])
+    if isinstance(item, Profiled):
+        return result.status in SETTLED
     return True
 
 
@@ -236,22 +241,29 @@ def _jobs(chapter: str, gpus: int, gpu: str, missing_only: bool, store, pending:
     take the whole host."""
     from megalab.sweep import reference_of
     found = (PENDING if pending else CHAPTERS)[chapter](gpus)
-    solo = {id(c) for name in SOLO_SERIES for c in found.get(name, []) if c.gpus == 1}
     jobs, refs = [], set()
+    solo_keys = {c.key for name in SOLO_SERIES for c in found.get(name, []) if c.gpus == 1}
+    runs_seen = set()
     for item in _items(found):
         if (_gpu_of(item) or "H200") != gpu or (missing_only and is_recorded(item, store)):
             continue
         if isinstance(item, RunConfig):
-            order = 0 if id(item) in solo else (2 if item.gpus == gpus else 4) - item.gpus / 1e3
-            jobs.append((order, _line(chapter + "!" * (id(item) in solo), "run", item)))
+            if item.key in runs_seen:  # the same run in two series (a baseline of both): record it once
+                continue
+            runs_seen.add(item.key)
+            alone = item.key in solo_keys
+            order = 0 if alone else (2 if item.gpus == gpus else 4) - item.gpus / 1e3
+            jobs.append((order, _line(chapter + "!" * alone, "run", item)))
         elif isinstance(item, Fit):
             jobs.append((8 if item.cfg.gpus == gpus else 3, item.plan_line(chapter)))
         elif isinstance(item, Parity):
-            from megalab.store import find
+            from megalab.store import find, same_gpu_model
             ref = reference_of(item.cfg)
             if ref.key not in refs:  # two repeats: the run-to-run spread sets the parity band
                 refs.add(ref.key)
-                have = len([r for r in find(ref, store=store) if r.get("status") == "ok"]) if missing_only else 0
+                have = len([r for r in find(ref, store=store) if r.get("status") == "ok"
+                            and "profile" not in (r.get("tags") or [])
+                            and same_gpu_model((r.get("env") or {}).get("gpu_name"), gpu)]) if missing_only else 0
                 jobs += [(5, _line(f"{chapter}-ref", "run", ref))] * max(0, 2 - have)
             jobs.append((7, item.plan_line(chapter)))
         else:

@@ -265,17 +265,34 @@ def kernel_category(kernel: str) -> str:
             "gemm" if any(s in k for s in ("gemm", "cutlass", "nvjet", "xmma", "cublas")) else "other")
 
 
+def _step_kernels(events: list, step: int) -> list:
+    window = [e for e in events if e.get("name") == f"ProfilerStep#{step}" and "dur" in e]
+    if not window:
+        raise ValueError(f"no ProfilerStep#{step} in the trace: profile that step")
+    t0, t1 = window[0]["ts"], window[0]["ts"] + window[0]["dur"]
+    return sorted((e for e in events if e.get("cat") == "kernel" and t0 <= e.get("ts", -1) <= t1),
+                  key=lambda e: e["ts"])
+
+
+def kernel_seconds(trace: dict, steps) -> dict:
+    """Seconds of GPU kernels per step by category, averaged over `steps`, from the kernel events of a
+    Chrome trace. (torch's key_averages() also counts profiler annotations such as ProfilerStep#N and
+    nccl:* ranges as device time, pytorch#130730: records made before this function over-count.)"""
+    events = trace.get("traceEvents", trace) if isinstance(trace, dict) else trace
+    steps = list(steps)
+    out = dict.fromkeys(KERNEL_CATEGORIES, 0.0)
+    for step in steps:
+        for e in _step_kernels(events, step):
+            out[kernel_category(e["name"])] += e.get("dur", 0) / 1e6 / len(steps)
+    return out
+
+
 def kernel_timeline(trace: dict, step: int) -> dict:
     """The GPU kernels of one profiled step from a Chrome trace (torch.profiler's export): kernels that
     start inside the step's `ProfilerStep#<step>` window, as [category, start_ms, duration_ms, stream],
     times relative to the first kernel. Small enough (a few thousand rows) to keep in a record."""
     events = trace.get("traceEvents", trace) if isinstance(trace, dict) else trace
-    window = [e for e in events if e.get("name") == f"ProfilerStep#{step}" and "dur" in e]
-    if not window:
-        raise ValueError(f"no ProfilerStep#{step} in the trace: profile that step")
-    t0, t1 = window[0]["ts"], window[0]["ts"] + window[0]["dur"]
-    kernels = sorted((e for e in events if e.get("cat") == "kernel" and t0 <= e.get("ts", -1) <= t1),
-                     key=lambda e: e["ts"])
+    kernels = _step_kernels(events, step)
     if not kernels:
         return {"step": step, "columns": ["category", "start_ms", "duration_ms", "stream"], "kernels": []}
     first = kernels[0]["ts"]

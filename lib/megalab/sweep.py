@@ -66,12 +66,17 @@ class FitResult:
         return f"<p>largest {self.vary} that fits: <b>{self.largest}</b></p>" + self.table.to_html(index=False)
 
 
+class ProbeFailed(RuntimeError):
+    """A fit probe ended neither ok nor out of memory (timeout, crash): it says nothing about fitting."""
+
+
 def fit(cfg, vary: str = "mbs", lo: int = 1, hi: int = 64, mode: str = "auto", step: int | None = None,
-        store=None, **run_kw) -> FitResult:
+        store=None, tags=(), **run_kw) -> FitResult:
     """Largest value of `vary` in [lo, hi] (multiples of `step`) whose run finishes with status ok.
 
-    Probes lo, then hi, then bisects: O(log n) runs. Any status other than ok (oom, but also a
-    timeout or crash) counts as "does not fit" and shows in the table. Assumes fitting is monotone.
+    Probes lo, then hi, then bisects: O(log n) runs. ok fits; oom (and an invalid layout) does not; any
+    other status (a timeout, a crash) raises ProbeFailed, since it answers nothing: re-run that probe.
+    Assumes fitting is monotone. `tags` are added to every probe's record.
     """
     from megalab.results import run
 
@@ -83,8 +88,11 @@ def fit(cfg, vary: str = "mbs", lo: int = 1, hi: int = 64, mode: str = "auto", s
 
     def fits(i: int) -> bool:
         probe = with_value(cfg, vary, values[i]).validate()
-        result = run(probe, mode=mode, tags=["fit", f"fit-{vary}"], store=store, **run_kw)
+        result = run(probe, mode=mode, tags=["fit", f"fit-{vary}", *tags], store=store, **run_kw)
         out.probes.append((values[i], result))
+        if result.status not in ("ok", "oom", "invalid"):
+            raise ProbeFailed(f"probe {vary}={values[i]} ({result.label}) ended with status {result.status}: "
+                              f"it says nothing about memory; re-run it (megalab run ... --mode live)")
         return result.ok
 
     if not fits(0):
@@ -157,7 +165,7 @@ def _max_diff(a: dict, b: dict) -> float | None:
 
 
 def parity(cfg, reference_cfg=None, mode: str = "auto", repeats: int = 2, store=None,
-           factor: float = PARITY_FACTOR, floor: float = PARITY_FLOOR, **run_kw) -> ParityResult:
+           factor: float = PARITY_FACTOR, floor: float = PARITY_FLOOR, tags=(), **run_kw) -> ParityResult:
     """Run (or read) the single-GPU reference `repeats` times and the layout once; compare losses.
 
     Both need init="layout_invariant" (the default) so the weights start identical. All runs are
@@ -170,10 +178,10 @@ def parity(cfg, reference_cfg=None, mode: str = "auto", repeats: int = 2, store=
     ref_cfg = reference_cfg or reference_of(cfg)
     refs, seen = [], []
     for _ in range(max(1, repeats)):
-        r = run(ref_cfg, mode=mode, tags=["parity", "reference"], store=store, exclude=seen, **run_kw)
+        r = run(ref_cfg, mode=mode, tags=["parity", "reference", *tags], store=store, exclude=seen, **run_kw)
         refs.append(r)
         seen.append(r.record.get("id"))
-    lay = run(cfg, mode=mode, tags=["parity", "layout"], store=store, **run_kw)
+    lay = run(cfg, mode=mode, tags=["parity", "layout", *tags], store=store, **run_kw)
     curves = [_losses(r) for r in refs]
     frame = pd.DataFrame({"step": sorted(set().union(*curves, _losses(lay)))})
     for i, c in enumerate(curves):

@@ -313,20 +313,18 @@ def profiler(run_dir: str):
     per step by category (nccl, gemm, attention, other) and the kernel timeline of the last profiled step
     (megalab.metrics.kernel_timeline), which the record keeps: the book draws its figures from it."""
     import torch
-    from megalab.metrics import kernel_category, kernel_timeline
+    from megalab.metrics import kernel_seconds, kernel_timeline
 
     def write(prof):
         os.makedirs(run_dir, exist_ok=True)
-        trace = os.path.join(run_dir, "trace_rank0.json")
-        prof.export_chrome_trace(trace)
-        seconds = dict.fromkeys(("nccl", "gemm", "attention", "other"), 0.0)
-        for e in prof.key_averages():
-            if e.device_type == torch.autograd.DeviceType.CUDA:
-                seconds[kernel_category(e.key)] += e.self_device_time_total / 1e6 / (PROFILE_STEPS[1] - PROFILE_STEPS[0])
-        with open(trace) as f:
-            timeline = kernel_timeline(json.load(f), PROFILE_STEPS[1] - 1)
+        trace_path = os.path.join(run_dir, "trace_rank0.json")
+        prof.export_chrome_trace(trace_path)
+        with open(trace_path) as f:
+            trace = json.load(f)
+        steps = list(range(*PROFILE_STEPS))
         with open(os.path.join(run_dir, "profile.json"), "w") as f:
-            json.dump({"steps": list(range(*PROFILE_STEPS)), "kernel_s_per_step": seconds, "timeline": timeline}, f)
+            json.dump({"steps": steps, "kernel_s_per_step": kernel_seconds(trace, steps),
+                       "timeline": kernel_timeline(trace, steps[-1])}, f)
 
     first, end = PROFILE_STEPS
     return torch.profiler.profile(

@@ -40,11 +40,19 @@ def _jobs(path):
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("plan")
-    p.add_argument("--gpus", type=int, default=4)
+    p.add_argument("--gpus", type=int, default=None, help="GPUs of this host (default: nvidia-smi's count)")
     p.add_argument("--timeout", type=int, default=300)
     p.add_argument("--serial", action="store_true", help="one job at a time (for timings)")
-    p.add_argument("--deadline", type=float, help="start no job after this many seconds (the call's limit)")
+    p.add_argument("--deadline", type=float, help="start no job after this many seconds")
+    p.add_argument("--hard-end", type=float, help="no run may last past this many seconds: each job's --timeout "
+                   "is cut to the time left (set it under the call's limit, so the tarball is still written)")
     args = p.parse_args(argv)
+    if args.gpus is None:
+        try:
+            smi = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.strip()
+        except OSError:  # no driver tools on this machine
+            smi = ""
+        args.gpus = len(smi.splitlines()) or 4
     todo = list(_jobs(args.plan))
     free = list(range(args.gpus))
     running: list[tuple] = []  # (process, its GPUs, what, start time, solo)
@@ -71,11 +79,14 @@ def main(argv=None) -> int:
             if len(free) >= gpus and not any(r[4] for r in running):
                 mine, free = free[:gpus], free[gpus:]
                 packed = not args.serial and not (solo or gpus == args.gpus)
-                tags = ["--tag", tag] + (["--tag", "packed"] if packed else [])
+                tags = ["--tag", tag] + (["--tag", "packed"] if packed else [])  # run, fit and parity alike
+                timeout = args.timeout
+                if args.hard_end:
+                    timeout = max(30, min(timeout, args.hard_end - (time.time() - start)))
                 sub = ["run"] if flags[0].startswith("--") else [flags.pop(0)]  # e.g. "fit --vary mbs ..."
                 mode = "live" if sub == ["run"] else "auto"
                 cmd = [sys.executable, "-m", "megalab", *sub, *flags, "--mode", mode,
-                       "--timeout", str(args.timeout), *(tags if sub == ["run"] else [])]
+                       "--timeout", f"{timeout:.0f}", *tags]
                 env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(map(str, mine))}
                 log = open(f"/tmp/pack-{len(running)}-{int(time.time()*1000)}.log", "w")
                 proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
