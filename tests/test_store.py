@@ -222,3 +222,9 @@ def test_a_profiled_run_keeps_its_kernel_timeline(tmp_path):
     assert rec["profile"]["timeline"]["step"] == 7
     plain = make_record(CFG, RunOutcome("ok", None, metrics.Parsed(None, [], None), tmp_path / "none", 0), env={})
     assert "profile" not in plain
+
+
+def test_provenance_keeps_the_dirty_mark():
+    from megalab.records import _short_commit
+    assert _short_commit("44f6e65+dirty") == "44f6e65+dirty"
+    assert _short_commit("aefba359cb84d00d1e2f") == "aefba359cb84" and _short_commit(None) == ""

@@ -141,13 +141,19 @@ def _profile(run_dir) -> dict:
 PROVENANCE = ("gpu_name", "interconnect", "driver", "cuda", "torch", "megatron_core", "transformer_engine", "python")
 
 
+def _short_commit(commit: str | None) -> str:
+    """12 hex digits, keeping a "+dirty" mark (the run's tree differed from the commit)."""
+    commit = commit or ""
+    return commit.split("+")[0][:12] + ("+dirty" if commit.endswith("+dirty") else "")
+
+
 def provenance(records: Iterable[dict]):
     """Where records come from: one row per distinct environment fingerprint and git commit, with the
     number of records, GPU counts seen and the first and last recording time (UTC)."""
     import pandas as pd
 
     rows = [{**{f: (r.get("env") or {}).get(f) for f in PROVENANCE},
-             "gpus": (r.get("env") or {}).get("gpu_count"), "git_commit": (r.get("git_commit") or "")[:12],
+             "gpus": (r.get("env") or {}).get("gpu_count"), "git_commit": _short_commit(r.get("git_commit")),
              "recorded_at": r.get("recorded_at")} for r in records]
     df = pd.DataFrame(rows, columns=[*PROVENANCE, "gpus", "git_commit", "recorded_at"])
     keys = [*PROVENANCE, "git_commit"]
