@@ -138,3 +138,14 @@ def test_same_gpu_model():
     from megalab.store import same_gpu_model
     assert same_gpu_model("NVIDIA H200", "H200") and not same_gpu_model("NVIDIA H200", "H100")
     assert same_gpu_model("Mystery GPU", "mystery gpu") and not same_gpu_model(None, "H200")
+
+
+def test_frame_puts_the_reference_beside_a_readers_run(tmp_path):
+    from megalab.results import Result, Store, frame
+    from run_records import record
+    store = Store(tmp_path)
+    ref = store.append(record(gpu="NVIDIA H200"))
+    mine = Result(record(gpu="NVIDIA A100-SXM4-80GB"), "live")
+    df = frame([mine], reference_gpu="H200", store=store)
+    assert list(df["source"]) == ["yours", "reference"] and df["id"].iloc[1] == ref["id"]
+    assert list(frame([Result(ref, "cached")], reference_gpu="H200", store=store)["source"]) == ["reference"]

@@ -193,11 +193,24 @@ def run(cfg, mode: str = "auto", tags: Iterable[str] = (), store: Store | str | 
     return result
 
 
-def frame(results: Iterable[Result]):
-    """One DataFrame row per Result (store.to_frame's columns) plus `source`: "yours" for a run measured
-    here now, else "reference" — the column the book's charts use to mark a reader's own points."""
-    results = list(results)
-    df = to_frame([r.record for r in results])
-    df["source"] = ["yours" if r.source == "live" else "reference" for r in results]
+def frame(results: Iterable[Result], reference_gpu: str | None = None, store: Store | str | None = None):
+    """One DataFrame row per Result (records.to_frame's columns) plus `source`: "yours" for a run measured
+    here now, else "reference" — the column the book's charts use to mark a reader's own points.
+    With `reference_gpu`, every run of yours also brings the reference record of the same configuration
+    on that GPU model (when one is recorded), so charts draw your point beside the book's."""
+    rows, sources = [], []
+    for r in results:
+        rows.append(r.record)
+        sources.append("yours" if r.source == "live" else "reference")
+        if r.source == "live" and reference_gpu:
+            found = [x for x in _store(store).find(r.record.get("key") or r.config.key)
+                     if x.get("id") != r.record.get("id") and x.get("status") == "ok"
+                     and "profile" not in (x.get("tags") or [])
+                     and same_gpu_model((x.get("env") or {}).get("gpu_name"), reference_gpu)]
+            if found:
+                rows.append(found[0])
+                sources.append("reference")
+    df = to_frame(rows)
+    df["source"] = sources
     return df
 
