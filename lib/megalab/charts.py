@@ -311,6 +311,7 @@ def step_time_spread(records: list[dict], title: str = "Step time, every recorde
     """One box per recorded run (records of store.find): its per-step times after the warm-up steps
     (metrics.WARMUP_STEPS), so run-to-run and step-to-step noise is visible beside the medians.
     Runs that shared their host with other jobs (tag `packed`) are drawn in a second colour."""
+    from megalab.config import RunConfig
     from megalab.metrics import WARMUP_STEPS
     fig = _figure(title, xaxis_title="", yaxis_title="seconds per step", showlegend=True)
     shown = set()
@@ -318,8 +319,8 @@ def step_time_spread(records: list[dict], title: str = "Step time, every recorde
         times = [t for t in (r.get("series") or {}).get("step_time_s", [])[WARMUP_STEPS:] if t is not None]
         packed = "packed" in (r.get("tags") or [])
         name = "shared host (packed)" if packed else "alone on the host"
-        cfg = r.get("config") or {}
-        x = f"dp {cfg.get('gpus', 1) // max(1, cfg.get('tp', 1) * cfg.get('pp', 1) * cfg.get('cp', 1))}, gbs {cfg.get('gbs')}"
+        cfg = RunConfig.from_dict(r["config"])
+        x = f"dp {cfg.dp}, gbs {cfg.gbs}"
         fig.add_box(y=times, x=[x] * len(times), name=name, legendgroup=name, showlegend=name not in shown,
                     marker_color=PALETTE[1 if packed else 0], boxpoints=False)
         shown.add(name)

@@ -243,19 +243,24 @@ def _jobs(chapter: str, gpus: int, gpu: str, missing_only: bool, store, pending:
     found = (PENDING if pending else CHAPTERS)[chapter](gpus)
     jobs, refs = [], set()
     solo_keys = {c.key for name in SOLO_SERIES for c in found.get(name, []) if c.gpus == 1}
-    runs_seen = set()
+    seen = set()  # run keys and plan lines already planned
     for item in _items(found):
         if (_gpu_of(item) or "H200") != gpu or (missing_only and is_recorded(item, store)):
             continue
         if isinstance(item, RunConfig):
-            if item.key in runs_seen:  # the same run in two series (a baseline of both): record it once
+            if item.key in seen:  # the same run in two series (a baseline of both): record it once
                 continue
-            runs_seen.add(item.key)
+            seen.add(item.key)
             alone = item.key in solo_keys
             order = 0 if alone else (2 if item.gpus == gpus else 4) - item.gpus / 1e3
             jobs.append((order, _line(chapter + "!" * alone, "run", item)))
-        elif isinstance(item, Fit):
-            jobs.append((8 if item.cfg.gpus == gpus else 3, item.plan_line(chapter)))
+            continue
+        line = item.plan_line(chapter)
+        if line in seen:
+            continue
+        seen.add(line)
+        if isinstance(item, Fit):
+            jobs.append((8 if item.cfg.gpus == gpus else 3, line))
         elif isinstance(item, Parity):
             from megalab.store import find, same_gpu_model
             ref = reference_of(item.cfg)
@@ -265,9 +270,9 @@ def _jobs(chapter: str, gpus: int, gpu: str, missing_only: bool, store, pending:
                             and "profile" not in (r.get("tags") or [])
                             and same_gpu_model((r.get("env") or {}).get("gpu_name"), gpu)]) if missing_only else 0
                 jobs += [(5, _line(f"{chapter}-ref", "run", ref))] * max(0, 2 - have)
-            jobs.append((7, item.plan_line(chapter)))
+            jobs.append((7, line))
         else:
-            jobs.append((1, item.plan_line(chapter)))
+            jobs.append((1, line))
     jobs.sort(key=lambda j: j[0])
     if any(o == 7 for o, _ in jobs):
         jobs.insert(next(i for i, (o, _) in enumerate(jobs) if o == 7), (6, "wait"))
@@ -281,8 +286,4 @@ def plan(chapter: str, gpus: int = 4, gpu: str = "H200", missing_only: bool = Fa
     queued for the chapter's next version instead of the ones it reads now."""
     if chapter not in CHAPTERS:
         raise KeyError(f"unknown chapter {chapter!r}: pick one of {', '.join(CHAPTERS)}")
-    lines = []
-    for _, line in _jobs(chapter, gpus, gpu, missing_only, store, pending):
-        if line not in lines or line == "wait" or line.startswith(f"{chapter}-ref "):
-            lines.append(line)
-    return lines
+    return [line for _, line in _jobs(chapter, gpus, gpu, missing_only, store, pending)]

@@ -255,6 +255,7 @@ def classify_failure(log_text: str, returncode: int | None, timed_out: bool = Fa
 
 # -- profiler traces -------------------------------------------------------------------------------
 KERNEL_CATEGORIES = ("nccl", "gemm", "attention", "other")
+TIMELINE_COLUMNS = ["category", "start_ms", "duration_ms", "stream"]
 
 
 def kernel_category(kernel: str) -> str:
@@ -265,7 +266,9 @@ def kernel_category(kernel: str) -> str:
             "gemm" if any(s in k for s in ("gemm", "cutlass", "nvjet", "xmma", "cublas")) else "other")
 
 
-def _step_kernels(events: list, step: int) -> list:
+def _step_kernels(trace, step: int) -> list:
+    """Kernel events that start inside the ProfilerStep#<step> window of a Chrome trace, by start time."""
+    events = trace.get("traceEvents", trace) if isinstance(trace, dict) else trace
     window = [e for e in events if e.get("name") == f"ProfilerStep#{step}" and "dur" in e]
     if not window:
         raise ValueError(f"no ProfilerStep#{step} in the trace: profile that step")
@@ -278,11 +281,10 @@ def kernel_seconds(trace: dict, steps) -> dict:
     """Seconds of GPU kernels per step by category, averaged over `steps`, from the kernel events of a
     Chrome trace. (torch's key_averages() also counts profiler annotations such as ProfilerStep#N and
     nccl:* ranges as device time, pytorch#130730: records made before this function over-count.)"""
-    events = trace.get("traceEvents", trace) if isinstance(trace, dict) else trace
     steps = list(steps)
     out = dict.fromkeys(KERNEL_CATEGORIES, 0.0)
     for step in steps:
-        for e in _step_kernels(events, step):
+        for e in _step_kernels(trace, step):
             out[kernel_category(e["name"])] += e.get("dur", 0) / 1e6 / len(steps)
     return out
 
@@ -291,11 +293,8 @@ def kernel_timeline(trace: dict, step: int) -> dict:
     """The GPU kernels of one profiled step from a Chrome trace (torch.profiler's export): kernels that
     start inside the step's `ProfilerStep#<step>` window, as [category, start_ms, duration_ms, stream],
     times relative to the first kernel. Small enough (a few thousand rows) to keep in a record."""
-    events = trace.get("traceEvents", trace) if isinstance(trace, dict) else trace
-    kernels = _step_kernels(events, step)
-    if not kernels:
-        return {"step": step, "columns": ["category", "start_ms", "duration_ms", "stream"], "kernels": []}
-    first = kernels[0]["ts"]
+    kernels = _step_kernels(trace, step)
+    first = kernels[0]["ts"] if kernels else 0
     rows = [[kernel_category(e["name"]), round((e["ts"] - first) / 1e3, 4), round(e.get("dur", 0) / 1e3, 4),
              (e.get("args") or {}).get("stream")] for e in kernels]
-    return {"step": step, "columns": ["category", "start_ms", "duration_ms", "stream"], "kernels": rows}
+    return {"step": step, "columns": TIMELINE_COLUMNS, "kernels": rows}

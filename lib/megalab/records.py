@@ -39,7 +39,7 @@ def _flatten(d: dict, prefix: str) -> list[tuple[str, Any]]:
     return out
 
 
-def _label(record: dict) -> str | None:
+def label_of(record: dict) -> str | None:
     """The label the library gives the record's configuration now (older records stored a shorter one)."""
     from megalab.config import RunConfig
     try:
@@ -57,7 +57,7 @@ def to_frame(records: Iterable[dict]):
     rows = []
     for r in records:
         cfg = dict(r.get("config") or {})
-        row: dict = {"label": _label(r), "key": r.get("key"), "status": r.get("status")}
+        row: dict = {"label": label_of(r), "key": r.get("key"), "status": r.get("status")}
         row["model"] = cfg.pop("name", None)
         row.update(cfg)
         try:

@@ -29,7 +29,7 @@ from megalab.store import (  # noqa: F401  (re-exported: results.Store, results.
     matches,
     same_gpu_model,
 )
-from megalab.records import make_record, to_frame, utc_now  # noqa: F401  (re-exported)
+from megalab.records import label_of, make_record, to_frame, utc_now  # noqa: F401  (re-exported)
 
 MODES = ("live", "cached", "auto")
 SOURCES = ("live", "cached", "reference")
@@ -57,10 +57,7 @@ class Result:
     @property
     def label(self) -> str | None:
         """The configuration's label as the library names it now (older records stored a shorter one)."""
-        try:
-            return self.config.label
-        except (KeyError, TypeError, ValueError):
-            return self.record.get("label")
+        return label_of(self.record)
 
     @property
     def config(self):
@@ -149,7 +146,7 @@ def select(cfg, mode: str, store: Store, gpu_name: str | None, gpus: int, te: bo
     # failed) answers it only when nothing settled is recorded, and never hides a settled one
     settled = [r for r in found if r.get("status") in SETTLED]
     on_gpu = [r for r in found if gpu is None or same_gpu_model((r.get("env") or {}).get("gpu_name"), gpu)]
-    records = [r for r in settled if r in on_gpu] or on_gpu
+    records = [r for r in on_gpu if r.get("status") in SETTLED] or on_gpu
     if mode == "cached":
         if not records:
             raise not_recorded(cfg)
