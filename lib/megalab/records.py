@@ -99,7 +99,7 @@ def make_record(cfg, outcome, predicted: dict | None = None, env: dict | None = 
     steps, final = parsed.steps, parsed.summary or {}
     summary = metrics.summarize(steps)
     summary["startup_s"] = final.get("startup_s")
-    for name in ("mem_allocated_peak_gib_per_rank", "mem_reserved_peak_gib_per_rank"):
+    for name in ("startup_marks_s", "mem_allocated_peak_gib_per_rank", "mem_reserved_peak_gib_per_rank"):
         if final.get(name) is not None:
             summary[name] = final[name]
     if env is None:

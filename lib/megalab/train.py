@@ -44,6 +44,7 @@ from megalab.weights import init_layout_invariant
 from megalab.config import InvalidLayout, add_config_args, config_from_args, hierarchical_cp
 
 _T0 = time.time()  # start-up clock (torch and Megatron load later); $MEGALAB_LAUNCH_T wins if set
+_LAUNCH = float(os.environ.get("MEGALAB_LAUNCH_T", _T0))
 GIB = 2**30
 MOE_AUX_LOSS_COEFF = 1e-2
 PROFILE_STEPS = (5, 8)  # profile steps 5, 6, 7
@@ -446,11 +447,15 @@ def main(argv=None) -> None:
 
 
 def train(cfg, args, rank: int) -> None:
+    since_launch = lambda: round(time.time() - _LAUNCH, 2)  # noqa: E731
+    startup = {"python": round(_T0 - _LAUNCH, 2)}  # where launch-to-first-step goes (seconds since launch)
     import torch
     from megatron.core import parallel_state as ps
 
     parallel, config, ddp_config, optim_config = megatron_configs(cfg, args.dry_run)
+    startup["imports"] = since_launch()
     device = initialize_distributed(cfg, parallel, args.dry_run)
+    startup["process_groups"] = since_launch()
     _patch_moe_router_without_te(cfg)
     chunks = build_chunks(cfg, config, args.dry_run)
     n_params = sum(p.numel() for c in chunks for p in c.parameters())
@@ -468,7 +473,9 @@ def train(cfg, args, rank: int) -> None:
         torch.distributed.destroy_process_group()
         return
 
+    startup["model"] = since_launch()
     model, optimizer, scheduler = build_training(cfg, chunks, config, ddp_config, optim_config, device)
+    startup["training_state"] = since_launch()
     after_first_step = wire_schedule(config, model, optimizer, ddp_config)
     data_iterator = get_data_iterator(cfg, device, len(model))
     from megatron.core.optimizer_param_scheduler import get_canonical_lr_for_logging
@@ -483,6 +490,7 @@ def train(cfg, args, rank: int) -> None:
     for m in model:
         m.train()
     startup_s, peak = None, peak_tflops()
+    startup["loop"] = since_launch()
     # -- the loop: zero_grad -> forward_backward_func (ends with finalize_model_grads) -> step -> log ----
     for step in range(cfg.iters):
         torch.cuda.synchronize()
@@ -500,7 +508,8 @@ def train(cfg, args, rank: int) -> None:
         torch.cuda.synchronize()
         step_time = time.perf_counter() - t0
         if step == 0:
-            startup_s = time.time() - float(os.environ.get("MEGALAB_LAUNCH_T", _T0))
+            startup_s = time.time() - _LAUNCH
+            startup["first_step"] = round(startup_s, 2)
             after_first_step()
         loss, *mem = max_over_ranks(device, reduced_loss(losses))  # reduced_loss: on the last stage only
         if rank == 0:
@@ -514,7 +523,7 @@ def train(cfg, args, rank: int) -> None:
     reserved = all_gather(torch.cuda.max_memory_reserved() / GIB, device)
     if rank == 0:
         from megalab import env
-        emit({"kind": "summary", "steps": cfg.iters, "startup_s": startup_s,
+        emit({"kind": "summary", "steps": cfg.iters, "startup_s": startup_s, "startup_marks_s": startup,
               "mem_allocated_peak_gib_per_rank": alloc, "mem_reserved_peak_gib_per_rank": reserved,
               "env": env.fingerprint()})
     torch.distributed.barrier()

@@ -7,13 +7,29 @@
 # the run folders (logs, metrics, profiles; no raw traces) follow as runs.tgz.
 set -u
 part=$1; shift
-if [ "$part" != - ]; then bash .gpuwheels/$part/install.sh $part || exit 1; fi
+root=/tmp/gpuenv prebuilt=.gpuwheels/tebuilt
+# A Transformer Engine torch extension compiled on an earlier host (same torch) skips the compile:
+# it travels with the lite part, and part a then only drops its share of the TE core in place.
+if [ "$part" = lite ] && ls $prebuilt/transformer_engine_torch-*.whl >/dev/null 2>&1 &&
+   [ "$(cat $prebuilt/torch.version)" = "$(python3 -c 'import torch; print(torch.__version__)')" ]; then
+  mkdir -p $root/dist && cp $prebuilt/transformer_engine_torch-*.whl $root/dist/ && echo 0 > $root/build.rc
+  echo "prebuilt Transformer Engine torch extension in place"
+fi
+if [ "$part" = a ] && [ -f $root/build.rc ]; then
+  cp .gpuwheels/a/tecore.aa $root/ && echo "part a in place (prebuilt torch extension: no compile)"
+elif [ "$part" != - ]; then
+  bash .gpuwheels/$part/install.sh $part || exit 1
+fi
 . /tmp/gpuenv/env.sh
 export MEGALAB_RESULTS=${OUT:-/tmp/out}
 mkdir -p "$MEGALAB_RESULTS"
 # seed the store with the committed records, so auto-mode fits and parity reuse what is recorded
 # (back home, `megalab results --import` skips the records it already has)
 cp -n results/*.jsonl "$MEGALAB_RESULTS"/ 2>/dev/null
+if [ "$part" = c ] && [ ! -f $prebuilt/torch.version ]; then  # bring the compiled extension home for the next host
+  cp $root/dist/transformer_engine_torch-*.whl "$MEGALAB_RESULTS"/ &&
+    python3 -c 'import torch; print(torch.__version__)' > "$MEGALAB_RESULTS"/torch.version
+fi
 "$@"
 rc=$?
 [ -d runs ] && tar czf "$MEGALAB_RESULTS/runs.tgz" --exclude='trace_rank*.json' runs
