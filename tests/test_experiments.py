@@ -59,11 +59,13 @@ def test_missing_plan_is_empty_when_everything_is_recorded(tmp_path):
     assert experiments.plan("ch01", missing_only=True, store=Store(tmp_path))  # an empty store answers nothing
 
 
-def test_pending_runs_are_not_read_by_the_chapter():
-    current = {c.key for c in experiments._items(experiments.data_parallel()) if isinstance(c, RunConfig)}
-    pending = {c.key for c in experiments._items(experiments._data_parallel_pending()) if isinstance(c, RunConfig)}
-    assert pending and not (current & pending)
-    assert experiments.plan("ch01", pending=True, gpu="H100")[0].startswith("ch01 fit ")
+def test_nothing_pending_and_the_80gb_fit_belongs_to_the_h100_plan():
+    """Queued runs were recorded and moved into the chapters; the H100 fit is planned for H100 hosts only."""
+    assert experiments.plan("ch01", pending=True) == [] and experiments.plan("ch02", pending=True) == []
+    h100 = experiments.plan("ch01", gpu="H100")
+    assert h100 and all(" fit " in f" {line} " for line in h100)
+    assert "--lo 18 --hi 22" in h100[0]                       # a window around theory's 20 on 80 GB
+    assert not any(line in experiments.plan("ch01") for line in h100)
 
 
 def test_unknown_chapter():

@@ -1,7 +1,7 @@
 """metrics.py: the trainer's JSON lines, the warm-up policy, and failure classification.
 
 Runs over every log in tests/data: hand-made fixtures (handmade_*.txt) now, real logs captured on
-the GPU host (log_ok.txt, log_oom.txt) when they are dropped in -- the same assertions apply.
+the GPU host (log_ok.txt, log_oom.txt, log_nccl_timeout.txt) -- the same assertions apply.
 """
 
 import json
@@ -129,6 +129,15 @@ def test_nccl_watchdog():
     status, error = metrics.classify_failure((DATA / "handmade_log_nccl.txt").read_text(), 1, False)
     assert status == "nccl_error" and error["rank"] == 2
     assert error["message"].startswith("[Rank 2] Watchdog caught collective operation timeout")
+
+
+def test_real_nccl_timeout_log():
+    """A real NCCL timeout on 2 H200s (tools/gpu/nccl_timeout.py: rank 1 skips an all-reduce, 15 s timeout):
+    the watchdog on rank 0 is the root cause; rank 1's flight-recorder lines and the C++ frames are echoes."""
+    status, error = metrics.classify_failure((DATA / "log_nccl_timeout.txt").read_text(), 1, False)
+    assert status == "nccl_error" and error["rank"] == 0
+    assert error["message"].startswith("[Rank 0] Watchdog caught collective operation timeout")
+    assert "OpType=ALLREDUCE" in error["message"] and "Timeout(ms)=15000" in error["message"]
 
 
 @pytest.mark.parametrize("line", ["RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error",
