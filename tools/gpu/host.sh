@@ -8,10 +8,11 @@
 set -u
 part=$1; shift
 root=/tmp/gpuenv prebuilt=.gpuwheels/tebuilt
+torch_version() { python3 -c 'import torch; print(torch.__version__)'; }
 # A Transformer Engine torch extension compiled on an earlier host (same torch) skips the compile:
 # it travels with the lite part, and part a then only drops its share of the TE core in place.
 if [ "$part" = lite ] && ls $prebuilt/transformer_engine_torch-*.whl >/dev/null 2>&1 &&
-   [ "$(cat $prebuilt/torch.version)" = "$(python3 -c 'import torch; print(torch.__version__)')" ]; then
+   [ "$(cat $prebuilt/torch.version)" = "$(torch_version)" ]; then
   mkdir -p $root/dist && cp $prebuilt/transformer_engine_torch-*.whl $root/dist/ && echo 0 > $root/build.rc
   echo "prebuilt Transformer Engine torch extension in place"
 fi
@@ -28,7 +29,7 @@ mkdir -p "$MEGALAB_RESULTS"
 cp -n results/*.jsonl "$MEGALAB_RESULTS"/ 2>/dev/null
 if [ "$part" = c ] && [ ! -f $prebuilt/torch.version ]; then  # bring the compiled extension home for the next host
   cp $root/dist/transformer_engine_torch-*.whl "$MEGALAB_RESULTS"/ &&
-    python3 -c 'import torch; print(torch.__version__)' > "$MEGALAB_RESULTS"/torch.version
+    torch_version > "$MEGALAB_RESULTS"/torch.version
 fi
 "$@"
 rc=$?
