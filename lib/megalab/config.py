@@ -130,10 +130,15 @@ class RunConfig:
         return s + "".join(text for on, text in extras if on)
 
     def _reshaped(self) -> str:
-        """"-L224" when a preset's model has another layer count (a `fit --vary layers` probe), else ""."""
+        """"-L224" when a preset's model has another layer count (a `fit --vary layers` probe), and
+        "-untied" when a preset with tied embeddings runs untied; else ""."""
         from megalab.presets import PRESETS
         preset = PRESETS.get(self.name)
-        return f"-L{self.layers}" if preset and preset.get("layers") not in (None, self.layers) else ""
+        if not preset:
+            return ""
+        layers = f"-L{self.layers}" if preset.get("layers") not in (None, self.layers) else ""
+        untied = "-untied" if preset.get("tied_embeddings", True) and not self.tied_embeddings else ""
+        return layers + untied
 
     @property
     def key(self) -> str:
