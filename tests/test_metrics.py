@@ -239,3 +239,14 @@ def test_kernel_seconds_count_kernels_only():
     ]}
     s = metrics.kernel_seconds(trace, [5, 6])
     assert s == {"nccl": 50e-6, "gemm": 150e-6, "attention": 0.0, "other": 0.0}
+
+
+def test_import_times_from_the_hosts_profile():
+    """The import profile captured on the 4xH200 host (results/probes, lines >= 50 ms kept)."""
+    from megalab.env import repo_root
+    text = (repo_root() / "results/probes/importtime-torch-megatron-te.txt").read_text()
+    t = metrics.import_times(text)
+    assert t["megatron.core"] > t["transformer_engine"] > t["jax"] > 0.5   # TE, then JAX inside Megatron's import
+    assert 2.0 < t["torch"] < 6.0
+    assert metrics.import_times(["noise", "import time:       514 |    9856107 | megatron.core"]) == \
+        {"megatron.core": 9.856107}

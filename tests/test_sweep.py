@@ -91,6 +91,21 @@ def test_parity_fails_on_drift(fake_run):
     assert "FAILS" in repr(out)
 
 
+def test_parity_names_reference_spikes(fake_run):
+    """A one-step spike in the reference (step 2 here), repeated by the layout 0.03 higher: the strict
+    verdict fails, the diagnostic off the spike steps sees only the small differences elsewhere."""
+    ref = [10.0, 9.0, 12.5, 8.0, 7.9]
+
+    def answer(cfg, n):
+        if cfg.gpus == 1:
+            return _result(cfg, losses=ref, rid=f"ref{n}")
+        return _result(cfg, losses=[x + (0.03 if i == 2 else 0.001) for i, x in enumerate(ref)], rid="layout")
+    fake_run(answer)
+    out = sweep.parity(CFG)
+    assert not out.passes and out.spikes == [2]
+    assert out.max_abs_diff == pytest.approx(0.03) and out.max_abs_diff_off_spikes == pytest.approx(0.001)
+
+
 def test_parity_failed_run(fake_run):
     fake_run(lambda cfg, n: _result(cfg, "oom") if cfg.gpus > 1 else _result(cfg, losses=[1.0], rid=str(n)))
     out = sweep.parity(CFG)

@@ -300,3 +300,22 @@ def kernel_timeline(trace: dict, step: int) -> dict:
     rows = [[kernel_category(e["name"]), round((e["ts"] - first) / 1e3, 4), round(e.get("dur", 0) / 1e3, 4),
              (e.get("args") or {}).get("stream")] for e in kernels]
     return {"step": step, "columns": TIMELINE_COLUMNS, "kernels": rows}
+
+
+# -- python -X importtime --------------------------------------------------------------------------
+_IMPORTTIME = re.compile(r"^import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)")
+
+
+def import_times(text: str | Iterable[str]) -> dict[str, float]:
+    """{module: cumulative seconds} from `python -X importtime` output (stderr; other lines ignored).
+
+    Cumulative time includes the module's own imports, so a package's entry is what importing it
+    cost at the point where it was first imported. Where a module appears twice, the larger entry wins.
+    """
+    lines = text.splitlines() if isinstance(text, str) else text
+    out: dict[str, float] = {}
+    for line in lines:
+        m = _IMPORTTIME.match(line)
+        if m:
+            out[m.group(4)] = max(out.get(m.group(4), 0.0), int(m.group(2)) / 1e6)
+    return out
