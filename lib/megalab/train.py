@@ -449,6 +449,9 @@ def main(argv=None) -> None:
 def train(cfg, args, rank: int) -> None:
     since_launch = lambda: round(time.time() - _LAUNCH, 2)  # noqa: E731
     startup = {"python": round(_T0 - _LAUNCH, 2)}  # where launch-to-first-step goes (seconds since launch)
+    # Transformer Engine imports JAX, when it is installed, only to look for TE's JAX extension: about a
+    # second per rank on the reference host (results/probes/importtime-*). This trainer is PyTorch only.
+    sys.modules.setdefault("jax", None)
     import torch
     from megatron.core import parallel_state as ps
 
