@@ -303,7 +303,7 @@ def kernel_timeline(trace: dict, step: int) -> dict:
 
 
 # -- python -X importtime --------------------------------------------------------------------------
-_IMPORTTIME = re.compile(r"^import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)")
+_IMPORTTIME = re.compile(r"^import time:\s+\d+ \|\s+(\d+) \| *(\S+)")  # self | cumulative | module
 
 
 def import_times(text: str | Iterable[str]) -> dict[str, float]:
@@ -317,5 +317,5 @@ def import_times(text: str | Iterable[str]) -> dict[str, float]:
     for line in lines:
         m = _IMPORTTIME.match(line)
         if m:
-            out[m.group(4)] = max(out.get(m.group(4), 0.0), int(m.group(2)) / 1e6)
+            out[m.group(2)] = max(out.get(m.group(2), 0.0), int(m.group(1)) / 1e6)
     return out

@@ -144,8 +144,8 @@ class ParityResult:
     @property
     def spikes(self) -> list[int]:
         """Steps where the single-GPU reference's loss jumps up by more than SPIKE_JUMP nats over the
-        step before: one-step spikes that every layout repeats, where tiny reduction-order differences
-        are amplified (the book's performance page shows why)."""
+        step before. A layout on the same trajectory spikes at the same step, and there its tiny
+        reduction-order differences are amplified (the book's performance page shows it)."""
         ref = self.series["reference"]
         return [int(st) for st, jump in zip(self.series["step"], ref.diff()) if jump > SPIKE_JUMP]
 
