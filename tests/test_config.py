@@ -174,3 +174,13 @@ def test_vocab_must_split_evenly_over_tp():
     cfg = presets.get("gpt-350m").replace(vocab=50257, gpus=2, tp=2, mbs=1, gbs=1)
     msgs = [m for m in cfg.problems() if m.startswith("vocab=")]
     assert msgs and "multiple of 128*tp" in msgs[0] and "50432" in msgs[0]
+
+
+def test_label_names_how_the_model_differs_from_its_preset():
+    from megalab import presets
+    gpt = presets.get("gpt-350m")
+    assert gpt.label.startswith("gpt-350m_tp1")
+    assert gpt.replace(tied_embeddings=False, position="rope").label.startswith("gpt-350m-untied-rope_tp1")
+    assert gpt.replace(layers=12, norm="RMSNorm").label.startswith("gpt-350m-L12-RMSNorm_tp1")
+    assert presets.get("moe-small").label.startswith("moe-small_tp1")   # Llama-style by its preset: no marks
+    assert presets.get("moe-small").replace(tied_embeddings=True).label.startswith("moe-small-tied_tp1")

@@ -13,7 +13,7 @@ import argparse
 import dataclasses
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from megalab.layout_rules import hierarchical_cp, problems  # re-exported: config.problems(cfg)
 
@@ -130,15 +130,20 @@ class RunConfig:
         return s + "".join(text for on, text in extras if on)
 
     def _reshaped(self) -> str:
-        """"-L224" when a preset's model has another layer count (a `fit --vary layers` probe), and
-        "-untied" when a preset with tied embeddings runs untied; else ""."""
+        """How the model differs from its preset: "-L224" for another layer count (a `fit --vary layers`
+        probe), "-untied", "-rope", "-RMSNorm", "-swiglu" (or back to the defaults); "" when it does not."""
         from megalab.presets import PRESETS
         preset = PRESETS.get(self.name)
         if not preset:
             return ""
-        layers = f"-L{self.layers}" if preset.get("layers") not in (None, self.layers) else ""
-        untied = "-untied" if preset.get("tied_embeddings", True) and not self.tied_embeddings else ""
-        return layers + untied
+        defaults = {f.name: f.default for f in fields(self)}
+        out = f"-L{self.layers}" if preset.get("layers") not in (None, self.layers) else ""
+        if preset.get("tied_embeddings", defaults["tied_embeddings"]) != self.tied_embeddings:
+            out += "-untied" if not self.tied_embeddings else "-tied"
+        for name in ("position", "norm", "activation"):
+            if preset.get(name, defaults[name]) != getattr(self, name):
+                out += f"-{getattr(self, name)}"
+        return out
 
     @property
     def key(self) -> str:
