@@ -102,7 +102,7 @@ def test_parity_names_reference_spikes(fake_run):
         return _result(cfg, losses=[x + (0.03 if i == 2 else 0.001) for i, x in enumerate(ref)], rid="layout")
     fake_run(answer)
     out = sweep.parity(CFG)
-    assert not out.passes and out.spikes == [2]
+    assert not out.passes and out.spikes == [2] and out.layout_spikes == [2]
     assert out.max_abs_diff == pytest.approx(0.03) and out.max_abs_diff_off_spikes == pytest.approx(0.001)
 
 
@@ -140,3 +140,8 @@ def test_a_probe_that_crashed_answers_nothing(tmp_path):
     store.append({"key": with_value(cfg, "mbs", 4).key, "status": "timeout", "config": with_value(cfg, "mbs", 4).to_dict(), "env": {}})
     with pytest.raises(ProbeFailed, match="mbs=4.*timeout"):
         fit(cfg, "mbs", lo=1, hi=4, mode="cached", store=store, quiet=True)
+
+
+def test_spike_steps():
+    assert sweep.spike_steps([0, 1, 2, 3], [10.0, 9.0, 10.5, 9.0]) == [2]   # +1.5 nats
+    assert sweep.spike_steps([5, 6, 7], [8.0, 8.9, 9.8]) == []              # +0.9 each: a rise, not a spike

@@ -13,7 +13,13 @@ from dataclasses import dataclass, field
 VARY = ("mbs", "seq", "layers")
 PARITY_FACTOR = 3.0
 PARITY_FLOOR = 0.02
-SPIKE_JUMP = 1.0  # nats: a reference step whose loss rises this much over the step before is a spike
+SPIKE_JUMP = 1.0  # nats: a step whose loss rises this much over the step before is a spike
+
+
+def spike_steps(steps, losses) -> list[int]:
+    """Steps whose loss jumps up by more than SPIKE_JUMP nats over the step before (one-step spikes)."""
+    losses = list(losses)
+    return [int(st) for st, a, b in zip(list(steps)[1:], losses, losses[1:]) if b - a > SPIKE_JUMP]
 
 
 # -- fit -------------------------------------------------------------------------------------------
@@ -146,8 +152,12 @@ class ParityResult:
         """Steps where the single-GPU reference's loss jumps up by more than SPIKE_JUMP nats over the
         step before. A layout on the same trajectory spikes at the same step, and there its tiny
         reduction-order differences are amplified (the book's performance page shows it)."""
-        ref = self.series["reference"]
-        return [int(st) for st, jump in zip(self.series["step"], ref.diff()) if jump > SPIKE_JUMP]
+        return spike_steps(self.series["step"], self.series["reference"])
+
+    @property
+    def layout_spikes(self) -> list[int]:
+        """The layout's own spike steps, by the same rule."""
+        return spike_steps(self.series["step"], self.series["layout"])
 
     @property
     def max_abs_diff_off_spikes(self) -> float | None:
