@@ -165,7 +165,9 @@ def initialize_distributed(cfg, parallel: dict, dry_run: bool):
     else:
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
-        torch.distributed.init_process_group("nccl")
+        # device_id: NCCL starts now, once, and each of Megatron's groups is split from it (ncclCommSplit)
+        # instead of starting its own communicator at its first collective, inside the first step
+        torch.distributed.init_process_group("nccl", device_id=device)
         torch.backends.cuda.matmul.allow_tf32 = True  # fp32 leftovers (router, loss) on tensor cores
     ps.initialize_model_parallel(**parallel)  # groups in Megatron's default order tp-cp-ep-dp-pp
     # Megatron-LM's _set_random_seed: a seed per pipeline stage; the tracker forks tp/ep streams
@@ -449,9 +451,11 @@ def main(argv=None) -> None:
 def train(cfg, args, rank: int) -> None:
     since_launch = lambda: round(time.time() - _LAUNCH, 2)  # noqa: E731
     startup = {"python": round(_T0 - _LAUNCH, 2)}  # where launch-to-first-step goes (seconds since launch)
-    # Transformer Engine imports JAX, when it is installed, only to look for TE's JAX extension: about a
-    # second per rank on the reference host (results/probes/importtime-*). This trainer is PyTorch only.
+    # Start-up (results/probes/startup-*): Transformer Engine imports JAX, when it is installed, only to
+    # look for TE's JAX extension (about a second per rank); and torch.compile, which Megatron uses for its
+    # fused elementwise ops, would start a pool of compile workers per rank for a handful of small kernels.
     sys.modules.setdefault("jax", None)
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     import torch
     from megatron.core import parallel_state as ps
 
