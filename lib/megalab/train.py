@@ -165,9 +165,7 @@ def initialize_distributed(cfg, parallel: dict, dry_run: bool):
     else:
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
-        # device_id: NCCL starts now, once, and each of Megatron's groups is split from it (ncclCommSplit)
-        # instead of starting its own communicator at its first collective, inside the first step
-        torch.distributed.init_process_group("nccl", device_id=device)
+        torch.distributed.init_process_group("nccl")  # lazy: each group's NCCL starts at its first collective
         torch.backends.cuda.matmul.allow_tf32 = True  # fp32 leftovers (router, loss) on tensor cores
     ps.initialize_model_parallel(**parallel)  # groups in Megatron's default order tp-cp-ep-dp-pp
     # Megatron-LM's _set_random_seed: a seed per pipeline stage; the tracker forks tp/ep streams
