@@ -449,11 +449,9 @@ def main(argv=None) -> None:
 def train(cfg, args, rank: int) -> None:
     since_launch = lambda: round(time.time() - _LAUNCH, 2)  # noqa: E731
     startup = {"python": round(_T0 - _LAUNCH, 2)}  # where launch-to-first-step goes (seconds since launch)
-    # Start-up (results/probes/startup-*): Transformer Engine imports JAX, when it is installed, only to
-    # look for TE's JAX extension (about a second per rank); and torch.compile, which Megatron uses for its
-    # fused elementwise ops, would start a pool of compile workers per rank for a handful of small kernels.
+    # Transformer Engine imports JAX, when it is installed, only to look for TE's JAX extension: 0.9 s of
+    # one process's imports on the reference host (results/probes/importtime-*). This trainer is PyTorch only.
     sys.modules.setdefault("jax", None)
-    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     import torch
     from megatron.core import parallel_state as ps
 

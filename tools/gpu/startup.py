@@ -6,9 +6,11 @@ First the launcher alone (no Megatron): `import torch`, `import torch.distribute
 (torchrun asks for the host name), and torchrun starting an empty worker, with and without
 `--local-addr`. Then each configuration of CONFIGS is launched once per variant of VARIANTS, one run at
 a time, each with an empty inductor cache (a first launch on a machine: torch.compile has everything to
-compile). A variant undoes one of the trainer's start-up choices (NCCL started eagerly on a bound device,
-inductor compiling in-process, JAX kept out) or all of them (`before`), by environment and a patch
-applied in the worker before the trainer starts. One JSON line per measurement; the trainer's own `startup_marks_s` say where the time went.
+compile). A variant changes one start-up choice of the trainer (NCCL started lazily, inductor's pool of
+compile workers, JAX kept out, torch.compile on), by environment and a patch applied in the worker
+before the trainer starts. results/probes/startup-4xh200.jsonl was recorded with an earlier trainer
+(eager NCCL, in-process compile): its provenance line gives each of its runs' settings. One JSON line per measurement; the trainer's own
+`startup_marks_s` say where the time went.
 
     {"kind": "launcher", "what": ..., "seconds": ...}
     {"kind": "run", "config": [...], "variant": ..., "gpus": N, "startup_s": ..., "marks": {...},
@@ -33,35 +35,32 @@ CONFIGS = [  # the 4-GPU strong point of the speed reference, and the pipeline t
     ["--preset", "gpt-1.2b", "--mbs", "8", "--gbs", "8", "--iters", "10", "--gpus", "4", "--tp", "4"],
     ["--preset", "gpt-350m", "--mbs", "4", "--gbs", "16", "--iters", "10", "--gpus", "4", "--pp", "4"],
 ]
-VARIANTS = {  # name: environment added to the launch; each undoes one start-up choice of the trainer
+VARIANTS = {  # name: environment added to the launch; each changes one start-up choice of the trainer
     "trainer": {},
-    "lazy-nccl": {"PROBE_LAZY_NCCL": "1"},              # no device_id: every group's NCCL starts at first use
-    "compile-pool": {"PROBE_COMPILE_POOL": "1"},        # inductor's default pool of compile workers
-    "with-jax": {"PROBE_IMPORT_JAX": "1"},              # Transformer Engine imports JAX when it is installed
-    "before": {"PROBE_LAZY_NCCL": "1", "PROBE_COMPILE_POOL": "1", "PROBE_IMPORT_JAX": "1"},  # all three undone
-    "no-compile": {"TORCH_COMPILE_DISABLE": "1"},       # Megatron's fused elementwise ops run eagerly
+    "eager-nccl": {"PROBE_EAGER_NCCL": "1"},               # device_id: NCCL starts at init, groups split from it
+    "compile-threads-1": {"TORCHINDUCTOR_COMPILE_THREADS": "1"},  # inductor compiles in-process, no worker pool
+    "with-jax": {"PROBE_IMPORT_JAX": "1"},                 # Transformer Engine imports JAX when it is installed
+    "no-compile": {"TORCH_COMPILE_DISABLE": "1"},          # Megatron's fused elementwise ops run eagerly
 }
-PLAN = [(0, v) for v in ("before", "trainer", "lazy-nccl", "compile-pool", "with-jax", "no-compile")] + \
-       [(1, v) for v in ("before", "trainer", "no-compile")]
+PLAN = [(0, v) for v in VARIANTS] + [(1, v) for v in ("trainer", "no-compile")]
 
 
 def worker(argv: list[str]) -> None:
-    """Runs inside torchrun: undo what the variant asks, then the trainer."""
-    if os.environ.get("PROBE_COMPILE_POOL"):  # torch's default: one worker per core, at most 32
-        os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = str(min(32, len(os.sched_getaffinity(0))))
+    """Runs inside torchrun: apply the variant's patch, then the trainer."""
     if os.environ.get("PROBE_IMPORT_JAX"):
         try:
             import jax  # noqa: F401  (the trainer's sys.modules block then finds it loaded)
         except ImportError:
             pass
-    if os.environ.get("PROBE_LAZY_NCCL"):
+    if os.environ.get("PROBE_EAGER_NCCL"):
         import torch
         init = torch.distributed.init_process_group
 
-        def lazy(backend=None, **kw):
-            kw.pop("device_id", None)
+        def eager(backend=None, **kw):
+            if backend == "nccl":
+                kw["device_id"] = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
             return init(backend, **kw)
-        torch.distributed.init_process_group = lazy
+        torch.distributed.init_process_group = eager
     from megalab import train
     train.main(argv)
 
