@@ -46,7 +46,9 @@ PLAN = [(0, v) for v in VARIANTS] + [(1, v) for v in ("trainer", "no-compile")]
 
 
 def worker(argv: list[str]) -> None:
-    """Runs inside torchrun: apply the variant's patch, then the trainer."""
+    """Runs inside torchrun: the trainer module first (its start-up clock starts at its import, so what a
+    variant imports counts as imports, not as torchrun), then the variant's patch, then the trainer."""
+    from megalab import train
     if os.environ.get("PROBE_IMPORT_JAX"):
         try:
             import jax  # noqa: F401  (the trainer's sys.modules block then finds it loaded)
@@ -61,7 +63,6 @@ def worker(argv: list[str]) -> None:
                 kw["device_id"] = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
             return init(backend, **kw)
         torch.distributed.init_process_group = eager
-    from megalab import train
     train.main(argv)
 
 
