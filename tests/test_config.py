@@ -164,6 +164,17 @@ def test_config_to_args_round_trips(name, layout):
     assert all(isinstance(a, str) for a in config_to_args(c))
 
 
+def test_a_field_added_later_keeps_old_keys():
+    """compile was added after records existed: at its default it stays out of the key (old records match)."""
+    c = presets.get("gpt-1.2b").replace(gpus=4, tp=2, mbs=4, gbs=16)
+    assert c.replace(compile=True).key == "97dca4979886cdb2" != c.replace(compile=False).key
+    assert c.replace(compile=False).label.endswith("_nocompile") and not c.label.endswith("_nocompile")
+    parser = add_config_args(argparse.ArgumentParser())
+    assert config_from_args(parser.parse_args(["--no-compile"])).compile is False
+    assert config_from_args(parser.parse_args([])).compile is True
+    assert "--no-compile" in config_to_args(c.replace(compile=False)) and "--no-compile" not in config_to_args(c)
+
+
 def test_int_and_float_spellings_give_one_key():
     assert BASE.replace(lr=1).key == BASE.replace(lr=1.0).key and isinstance(BASE.replace(lr=1).lr, float)
 

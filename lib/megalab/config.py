@@ -68,6 +68,8 @@ class RunConfig:
     # -- precision / implementation ---------------------------------------------------------------
     fp8: bool = _f(False, "FP8 GEMMs with Transformer Engine's hybrid recipe")
     impl: str = _f("te", "layer implementation: Transformer Engine or Megatron's local spec", ("te", "local"))
+    compile: bool = _f(True, "torch.compile Megatron's fused elementwise ops (bias-GeLU, bias-dropout-add, ...); "
+                             "False runs them eagerly: no compile in the first step, unfused kernels after")
     # -- run --------------------------------------------------------------------------------------
     iters: int = _f(30, "training iterations")
     seed: int = _f(1234, "random seed")
@@ -126,6 +128,7 @@ class RunConfig:
             (self.recompute != "none", f"_rc-{self.recompute}"), (self.fp8, "_fp8"),
             (self.impl != "te", f"_{self.impl}"), (self.moe_dispatcher != "alltoall", f"_{self.moe_dispatcher}"),
             (self.init != "layout_invariant", f"_init-{self.init}"), (self.dropout > 0, f"_drop{self.dropout:g}"),
+            (not self.compile, "_nocompile"),
         ]
         return s + "".join(text for on, text in extras if on)
 
@@ -147,8 +150,10 @@ class RunConfig:
 
     @property
     def key(self) -> str:
-        """Stable id: first 16 hex of sha256 over the canonical (sorted, compact) JSON of all fields."""
-        canon = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        """Stable id: first 16 hex of sha256 over the canonical (sorted, compact) JSON of all fields (a field
+        added after records existed, _KEY_IF_CHANGED, only when it differs from its default: old keys stand)."""
+        d = {k: v for k, v in self.to_dict().items() if k not in _KEY_IF_CHANGED or v != _KEY_IF_CHANGED[k]}
+        canon = json.dumps(d, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canon.encode()).hexdigest()[:16]
 
     # -- conversions ------------------------------------------------------------------------------
@@ -189,11 +194,15 @@ class RunConfig:
 
 
 _FIELDS = dataclasses.fields(RunConfig)
+_KEY_IF_CHANGED = {"compile": True}  # field -> default: added after the first records were made
 _FIELD_NAMES = {f.name for f in _FIELDS}
 
 
 # -- command line ---------------------------------------------------------------------------------
-_FLAGS = {"tied_embeddings": "--untied", "moe_dispatcher": "--dispatcher"}  # else --field-name
+_FLAGS = {"tied_embeddings": "--untied", "moe_dispatcher": "--dispatcher",  # else --field-name
+          "compile": "--no-compile"}
+_OFF_FLAGS = {"tied_embeddings": "untie embeddings",  # booleans that default to True: their flag turns them off
+              "compile": "run Megatron's fused ops eagerly (no torch.compile)"}
 _TYPES = {"int": int, "int | None": int, "float": float, "str": str, "str | None": str}
 
 
@@ -214,8 +223,8 @@ def add_config_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     g.add_argument("--preset", type=_preset_name, help="model preset supplying the model fields")
     for f in _FIELDS:
         doc = f.metadata["doc"]
-        if f.name == "tied_embeddings":
-            g.add_argument("--untied", dest=f.name, action="store_const", const=False, help="untie embeddings")
+        if f.name in _OFF_FLAGS:
+            g.add_argument(_flag(f.name), dest=f.name, action="store_const", const=False, help=_OFF_FLAGS[f.name])
         elif f.type == "bool":
             g.add_argument(_flag(f.name), dest=f.name, action="store_const", const=True, help=doc)
         else:
@@ -241,8 +250,8 @@ def config_to_args(cfg: RunConfig) -> list[str]:
     args: list[str] = []
     for f in _FIELDS:
         v = getattr(cfg, f.name)
-        if f.name == "tied_embeddings":
-            args += [] if v else ["--untied"]
+        if f.name in _OFF_FLAGS:
+            args += [] if v else [_flag(f.name)]
         elif f.type == "bool":
             args += [_flag(f.name)] if v else []
         elif v is not None:

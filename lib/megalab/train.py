@@ -434,6 +434,8 @@ def main(argv=None) -> None:
         sys.exit(2)
     if (cfg.tp > 1 or cfg.cp > 1) and not args.dry_run:
         os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"  # read when the CUDA context is created
+    if not cfg.compile:  # read when Megatron's import loads torch._dynamo: its jit_fuser ops then run eagerly
+        os.environ["TORCH_COMPILE_DISABLE"] = "1"
     try:
         train(cfg, args, rank)
     except Exception as e:
