@@ -169,6 +169,16 @@ def test_find_newest_first_and_filters(tmp_path):
     assert load(store=tmp_path, status="oom")[0]["id"] == new["id"]
 
 
+def test_find_by_gpu_model_and_profiling(tmp_path):
+    store = Store(tmp_path)
+    plain = store.append(_record(gpu="NVIDIA H200"))
+    profiled = store.append(_record(gpu="H200", tags=["t", "profile"], at="2025-12-01T00:00:00Z"))
+    store.append(_record(gpu="NVIDIA H100 80GB HBM3"))
+    assert [r["id"] for r in store.find(CFG, gpu_model="H200")] == [profiled["id"], plain["id"]]
+    assert [r["id"] for r in store.find(CFG, gpu_model="H200", profiled=False)] == [plain["id"]]
+    assert [r["id"] for r in store.find(CFG, profiled=True)] == [profiled["id"]]
+
+
 def test_to_frame_columns(tmp_path):
     frame = to_frame([_record(), _record(status="oom")])
     for col in ("label", "key", "status", "model", "tp", "pp", "dp", "mbs", "gbs", "num_microbatches",

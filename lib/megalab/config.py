@@ -132,6 +132,11 @@ class RunConfig:
         ]
         return s + "".join(text for on, text in extras if on)
 
+    @property
+    def preset_changes(self) -> str:
+        """How the model differs from its preset, as the label marks it: "untied-rope-RMSNorm-swiglu", "L224"; ""."""
+        return self._reshaped().lstrip("-")
+
     def _reshaped(self) -> str:
         """How the model differs from its preset: "-L224" for another layer count (a `fit --vary layers`
         probe), "-untied", "-rope", "-RMSNorm", "-swiglu" (or back to the defaults); "" when it does not."""
@@ -194,7 +199,8 @@ class RunConfig:
 
 
 _FIELDS = dataclasses.fields(RunConfig)
-_KEY_IF_CHANGED = {"compile": True}  # field -> default: added after the first records were made
+_ADDED_AFTER_RECORDS = ("compile",)  # fields added after the first records were made
+_KEY_IF_CHANGED = {f.name: f.default for f in _FIELDS if f.name in _ADDED_AFTER_RECORDS}
 _FIELD_NAMES = {f.name for f in _FIELDS}
 
 

@@ -240,13 +240,11 @@ def _jobs(chapter: str, gpus: int, gpu: str, missing_only: bool, store, pending:
         if isinstance(item, Fit):
             jobs.append((8 if item.cfg.gpus == gpus else 3, line))
         elif isinstance(item, Parity):
-            from megalab.store import find, same_gpu_model
+            from megalab.store import find
             ref = reference_of(item.cfg)
             if ref.key not in refs:  # two repeats: the run-to-run spread sets the parity band
                 refs.add(ref.key)
-                have = len([r for r in find(ref, store=store) if r.get("status") == "ok"
-                            and "profile" not in (r.get("tags") or [])
-                            and same_gpu_model((r.get("env") or {}).get("gpu_name"), gpu)]) if missing_only else 0
+                have = len(find(ref, store=store, status="ok", profiled=False, gpu_model=gpu)) if missing_only else 0
                 jobs += [(5, _line(f"{chapter}-ref", "run", ref))] * max(0, 2 - have)
             jobs.append((7, line))
         else:

@@ -139,7 +139,7 @@ def select(cfg, mode: str, store: Store, gpu_name: str | None, gpus: int, te: bo
         raise ValueError(f"mode={mode!r}: pick one of {', '.join(MODES)}")
     if mode == "live":
         return "live", None
-    found = [r for r in store.find(cfg, exclude=exclude) if ("profile" in (r.get("tags") or [])) == profile]
+    found = store.find(cfg, exclude=exclude, profiled=profile)
     # a job that ran alone on its host times cleaner than one packed beside others (tools/gpu/pack.py)
     found.sort(key=lambda r: "packed" in (r.get("tags") or []))
     # a settled outcome (ok, oom, invalid) answers the question; a transient one (timeout, nccl_error,
@@ -200,10 +200,8 @@ def frame(results: Iterable[Result], reference_gpu: str | None = None, store: St
         rows.append(r.record)
         sources.append("yours" if r.source == "live" else "reference")
         if r.source == "live" and reference_gpu:
-            found = [x for x in _store(store).find(r.record.get("key") or r.config.key)
-                     if x.get("id") != r.record.get("id") and x.get("status") == "ok"
-                     and "profile" not in (x.get("tags") or [])
-                     and same_gpu_model((x.get("env") or {}).get("gpu_name"), reference_gpu)]
+            found = _store(store).find(r.record.get("key") or r.config.key, status="ok", profiled=False,
+                                       gpu_model=reference_gpu, exclude=[r.record.get("id")])
             if found:
                 rows.append(found[0])
                 sources.append("reference")

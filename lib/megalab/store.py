@@ -134,12 +134,17 @@ class Store:
         return {i: e.get("reason", "") for e in _read(self.root / ERRATA) for i in e.get("ids", [])}
 
     def find(self, cfg_or_key, gpu_name: str | None = None, status: str | None = None,
-             exclude: Iterable[str] = ()) -> list[dict]:
-        """Records of this configuration (a RunConfig or its key), newest first; retracted ones (errata) left out."""
+             exclude: Iterable[str] = (), gpu_model: str | None = None, profiled: bool | None = None) -> list[dict]:
+        """Records of this configuration (a RunConfig or its key), newest first; retracted ones (errata) left out.
+        gpu_name matches the recorded name exactly (case aside), gpu_model any name of that model
+        (same_gpu_model); profiled=False skips runs made under torch.profiler (slower steps), True keeps only them."""
         key = cfg_or_key if isinstance(cfg_or_key, str) else cfg_or_key.key
         skip = set(exclude) | set(self.errata())
+        gpu_of = lambda r: (r.get("env") or {}).get("gpu_name")  # noqa: E731
         found = [r for r in self.load(key=key, status=status) if r.get("id") not in skip
-                 and (gpu_name is None or _same_gpu((r.get("env") or {}).get("gpu_name"), gpu_name))]
+                 and (gpu_name is None or _same_gpu(gpu_of(r), gpu_name))
+                 and (gpu_model is None or same_gpu_model(gpu_of(r), gpu_model))
+                 and (profiled is None or ("profile" in (r.get("tags") or [])) == profiled)]
         order = {id(r): i for i, r in enumerate(found)}
         return sorted(found, key=lambda r: (r.get("recorded_at") or "", order[id(r)]), reverse=True)
 

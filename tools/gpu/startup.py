@@ -119,8 +119,7 @@ def main() -> None:
     p.add_argument("--out", required=True)
     args = p.parse_args()
     from megalab.launch import child_env
-    env = child_env()
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "lib"), env.get("PYTHONPATH", "")])
+    env = child_env()  # as the lib launches: forced NCCL settings, lib/ first on PYTHONPATH
     with open(args.out, "a") as out:
         launcher(out, env)
         for i, variant in PLAN:
