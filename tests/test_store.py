@@ -190,6 +190,14 @@ def test_to_frame_columns(tmp_path):
     assert frame["status"].tolist() == ["ok", "oom"] and frame["error"].isna().tolist() == [True, False]
 
 
+def test_to_frame_fills_fields_added_after_a_record():
+    """A record made before `compile` existed ran compiled: the frame says so, not NaN."""
+    old = _record()
+    del old["config"]["compile"]
+    frame = to_frame([old, _record(cfg=CFG.replace(compile=False))])
+    assert frame["compile"].tolist() == [True, False]
+
+
 def test_default_root_env(monkeypatch, tmp_path):
     monkeypatch.setenv("MEGALAB_RESULTS", str(tmp_path / "x"))
     assert Store().root == tmp_path / "x"

@@ -68,7 +68,7 @@ class RunConfig:
     # -- precision / implementation ---------------------------------------------------------------
     fp8: bool = _f(False, "FP8 GEMMs with Transformer Engine's hybrid recipe")
     impl: str = _f("te", "layer implementation: Transformer Engine or Megatron's local spec", ("te", "local"))
-    compile: bool = _f(True, "torch.compile Megatron's fused elementwise ops (bias-GeLU, bias-dropout-add, ...); "
+    compile: bool = _f(True, "torch.compile Megatron's and TE's fused elementwise ops (bias-GeLU, bias-dropout-add, ...); "
                              "False runs them eagerly: no compile in the first step, unfused kernels after")
     # -- run --------------------------------------------------------------------------------------
     iters: int = _f(30, "training iterations")
@@ -156,8 +156,8 @@ class RunConfig:
     @property
     def key(self) -> str:
         """Stable id: first 16 hex of sha256 over the canonical (sorted, compact) JSON of all fields (a field
-        added after records existed, _KEY_IF_CHANGED, only when it differs from its default: old keys stand)."""
-        d = {k: v for k, v in self.to_dict().items() if k not in _KEY_IF_CHANGED or v != _KEY_IF_CHANGED[k]}
+        added after records existed, ADDED_FIELD_DEFAULTS, only when it differs from its default: old keys stand)."""
+        d = {k: v for k, v in self.to_dict().items() if k not in ADDED_FIELD_DEFAULTS or v != ADDED_FIELD_DEFAULTS[k]}
         canon = json.dumps(d, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canon.encode()).hexdigest()[:16]
 
@@ -200,7 +200,8 @@ class RunConfig:
 
 _FIELDS = dataclasses.fields(RunConfig)
 _ADDED_AFTER_RECORDS = ("compile",)  # fields added after the first records were made
-_KEY_IF_CHANGED = {f.name: f.default for f in _FIELDS if f.name in _ADDED_AFTER_RECORDS}
+# their defaults: what a record made before the field existed ran with (records.to_frame fills them in)
+ADDED_FIELD_DEFAULTS = {f.name: f.default for f in _FIELDS if f.name in _ADDED_AFTER_RECORDS}
 _FIELD_NAMES = {f.name for f in _FIELDS}
 
 
@@ -208,7 +209,7 @@ _FIELD_NAMES = {f.name for f in _FIELDS}
 _FLAGS = {"tied_embeddings": "--untied", "moe_dispatcher": "--dispatcher",  # else --field-name
           "compile": "--no-compile"}
 _OFF_FLAGS = {"tied_embeddings": "untie embeddings",  # booleans that default to True: their flag turns them off
-              "compile": "run Megatron's fused ops eagerly (no torch.compile)"}
+              "compile": "run Megatron's and TE's fused ops eagerly (no torch.compile)"}
 _TYPES = {"int": int, "int | None": int, "float": float, "str": str, "str | None": str}
 
 

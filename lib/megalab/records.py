@@ -54,9 +54,13 @@ def to_frame(records: Iterable[dict]):
     predicted_<name> for the theory numbers (nested: predicted_memory_gib_total), error, tags, recorded_at, id."""
     import pandas as pd  # lazy: pandas is slow to import
 
+    from megalab.config import ADDED_FIELD_DEFAULTS
+
     rows = []
     for r in records:
         cfg = dict(r.get("config") or {})
+        if cfg:  # a record made before a field existed ran with its default
+            cfg = {**ADDED_FIELD_DEFAULTS, **cfg}
         row: dict = {"label": label_of(r), "key": r.get("key"), "status": r.get("status")}
         row["model"] = cfg.pop("name", None)
         row.update(cfg)
