@@ -13,7 +13,7 @@ import argparse
 import dataclasses
 import hashlib
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from megalab.layout_rules import hierarchical_cp, problems  # re-exported: config.problems(cfg)
 
@@ -144,12 +144,11 @@ class RunConfig:
         preset = PRESETS.get(self.name)
         if not preset:
             return ""
-        defaults = {f.name: f.default for f in fields(self)}
         out = f"-L{self.layers}" if preset.get("layers") not in (None, self.layers) else ""
-        if preset.get("tied_embeddings", defaults["tied_embeddings"]) != self.tied_embeddings:
+        if preset.get("tied_embeddings", _DEFAULTS["tied_embeddings"]) != self.tied_embeddings:
             out += "-untied" if not self.tied_embeddings else "-tied"
         for name in ("position", "norm", "activation"):
-            if preset.get(name, defaults[name]) != getattr(self, name):
+            if preset.get(name, _DEFAULTS[name]) != getattr(self, name):
                 out += f"-{getattr(self, name)}"
         return out
 
@@ -199,9 +198,10 @@ class RunConfig:
 
 
 _FIELDS = dataclasses.fields(RunConfig)
+_DEFAULTS = {f.name: f.default for f in _FIELDS}  # a field with a default_factory reads MISSING here
 _ADDED_AFTER_RECORDS = ("compile",)  # fields added after the first records were made
 # their defaults: what a record made before the field existed ran with (records.to_frame fills them in)
-ADDED_FIELD_DEFAULTS = {f.name: f.default for f in _FIELDS if f.name in _ADDED_AFTER_RECORDS}
+ADDED_FIELD_DEFAULTS = {name: _DEFAULTS[name] for name in _ADDED_AFTER_RECORDS}
 _FIELD_NAMES = {f.name for f in _FIELDS}
 
 
