@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from megalab import cli, results
-from megalab.config import RunConfig, config_to_args
+from megalab.config import RunConfig
+from megalab.flags import config_to_args
 from megalab.launch import RunOutcome
 from megalab.metrics import Parsed
 

@@ -6,8 +6,8 @@ import json
 import pytest
 
 from megalab import presets
-from megalab.config import (InvalidLayout, RunConfig, add_config_args, config_from_args, config_to_args,
-                            problems)
+from megalab.config import InvalidLayout, RunConfig, problems
+from megalab.flags import add_config_args, config_from_args, config_to_args
 
 BASE = RunConfig(name="t", layers=8, hidden=256, heads=8, seq=256, vocab=1024, gbs=8)
 
@@ -195,3 +195,27 @@ def test_label_names_how_the_model_differs_from_its_preset():
     assert gpt.replace(layers=12, norm="RMSNorm").label.startswith("gpt-350m-L12-RMSNorm_tp1")
     assert presets.get("moe-small").label.startswith("moe-small_tp1")   # Llama-style by its preset: no marks
     assert presets.get("moe-small").replace(tied_embeddings=True).label.startswith("moe-small-tied_tp1")
+
+
+def test_every_committed_record_keeps_its_label_and_key():
+    """The store is keyed by RunConfig.key and read by label: a refactor that moved a field's default, a
+    preset or a label suffix would orphan committed records. Checked over every record in results/."""
+    import json
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "results"
+    checked = 0
+    for path in sorted(root.glob("*.jsonl")):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            rec = json.loads(line)
+            if "config" not in rec or "key" not in rec:
+                continue
+            cfg = RunConfig.from_dict(rec["config"])
+            assert cfg.key == rec["key"], f"{path.name}:{n}"
+            # ten records of 2026-11-21 predate the label's dropout (_drop0.1) and layer-count (-L224)
+            # marks: their stored label is today's label without that mark, and must stay so
+            legacy = re.sub(r"_drop[0-9.]+$", "", re.sub(r"-L\d+_", "_", cfg.label))
+            assert rec["label"] in (cfg.label, legacy), f"{path.name}:{n}"
+            checked += 1
+    assert checked >= 240

@@ -22,7 +22,7 @@ def test_not_recorded_message_has_the_command(tmp_path):
     args = shlex.split(msg[msg.index("megalab run "):])[2:-2]
     import argparse
 
-    from megalab.config import add_config_args, config_from_args
+    from megalab.flags import add_config_args, config_from_args
     ns = add_config_args(argparse.ArgumentParser()).parse_args(args)
     assert config_from_args(ns) == CFG  # the command records exactly this configuration
 

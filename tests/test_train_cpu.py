@@ -18,7 +18,8 @@ import sys
 import pytest
 
 from megalab import metrics, theory
-from megalab.config import RunConfig, config_to_args
+from megalab.config import RunConfig
+from megalab.flags import config_to_args
 
 # Small enough for 4 processes on 2 cores; vocab 1024 is a multiple of 128*tp for tp <= 8.
 TINY = RunConfig(name="tiny", layers=4, hidden=128, heads=4, vocab=1024, seq=64, impl="local", iters=1)

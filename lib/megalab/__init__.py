@@ -12,7 +12,7 @@ from importlib import import_module
 
 __version__ = "0.1.0"
 __all__ = ["RunConfig", "InvalidLayout", "NotRecorded", "NotEnoughGPUs", "run", "presets", "theory",
-           "results", "charts", "bench", "config", "experiments"]
+           "results", "charts", "bench", "config", "chapters"]
 
 _LAZY = {"RunConfig": ("config", "RunConfig"), "InvalidLayout": ("config", "InvalidLayout"),
          "NotRecorded": ("results", "NotRecorded"), "NotEnoughGPUs": ("launch", "NotEnoughGPUs"),
@@ -24,6 +24,6 @@ def __getattr__(name):
         module, attr = _LAZY[name]
         return getattr(import_module(f"megalab.{module}"), attr)
     if name in {"presets", "theory", "results", "charts", "bench", "config", "widgets", "launch",
-                "metrics", "sweep", "env", "hardware", "store", "records", "experiments", "memory", "comm"}:
+                "metrics", "sweep", "env", "hardware", "store", "records", "chapters", "specs", "recording", "flags", "shapes"}:
         return import_module(f"megalab.{name}")
     raise AttributeError(f"module 'megalab' has no attribute {name!r}")

@@ -30,7 +30,7 @@ OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
 def bus_bandwidth(op: str, size_bytes: int, time_s: float, n: int) -> tuple[float, float]:
     """(algbw, busbw) in bytes/s for one collective of ``size_bytes`` on ``n`` ranks (nccl-tests)."""
-    from megalab.comm import bus_factor
+    from megalab.theory.collectives import bus_factor
     algbw = size_bytes / time_s
     return algbw, algbw * bus_factor(op, n)
 

@@ -52,7 +52,7 @@ def _json(obj) -> str:
 
 
 def _config(ns):
-    from megalab.config import config_from_args
+    from megalab.flags import config_from_args
     return config_from_args(ns)
 
 
@@ -166,7 +166,7 @@ def cmd_parity(ns) -> int:
 
 
 def cmd_experiments(ns) -> int:
-    from megalab.experiments import plan
+    from megalab.recording import plan
     for line in plan(ns.chapter, gpus=ns.gpus, gpu=ns.gpu, missing_only=ns.missing, pending=ns.pending):
         print(line)
     return EXIT_OK
@@ -199,7 +199,7 @@ def cmd_bench(ns) -> int:
 
 # -- parser ----------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    from megalab.config import add_config_args
+    from megalab.flags import add_config_args
     from megalab.launch import DEFAULT_TIMEOUT_S
 
     p = argparse.ArgumentParser(prog="megalab", description="Train LLMs across GPUs with Megatron Core: "

@@ -9,13 +9,13 @@ Validation rules (one per Megatron refusal) live in layout_rules.py; `problems` 
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
 
 from megalab.layout_rules import hierarchical_cp, problems  # re-exported: config.problems(cfg)
+from megalab.shapes import PRESETS
 
 
 class InvalidLayout(ValueError):
@@ -140,7 +140,6 @@ class RunConfig:
     def _reshaped(self) -> str:
         """How the model differs from its preset: "-L224" for another layer count (a `fit --vary layers`
         probe), "-untied", "-rope", "-RMSNorm", "-swiglu" (or back to the defaults); "" when it does not."""
-        from megalab.presets import PRESETS
         preset = PRESETS.get(self.name)
         if not preset:
             return ""
@@ -203,64 +202,3 @@ _ADDED_AFTER_RECORDS = ("compile",)  # fields added after the first records were
 # their defaults: what a record made before the field existed ran with (records.to_frame fills them in)
 ADDED_FIELD_DEFAULTS = {name: _DEFAULTS[name] for name in _ADDED_AFTER_RECORDS}
 _FIELD_NAMES = {f.name for f in _FIELDS}
-
-
-# -- command line ---------------------------------------------------------------------------------
-_FLAGS = {"tied_embeddings": "--untied", "moe_dispatcher": "--dispatcher",  # else --field-name
-          "compile": "--no-compile"}
-_OFF_FLAGS = {"tied_embeddings": "untie embeddings",  # booleans that default to True: their flag turns them off
-              "compile": "run Megatron's and TE's fused ops eagerly (no torch.compile)"}
-_TYPES = {"int": int, "int | None": int, "float": float, "str": str, "str | None": str}
-
-
-def _flag(name: str) -> str:
-    return _FLAGS.get(name, "--" + name.replace("_", "-"))
-
-
-def _preset_name(text: str) -> str:
-    from megalab import presets
-    if text not in presets.PRESETS:
-        raise argparse.ArgumentTypeError(f"unknown preset {text!r}: pick one of {', '.join(presets.names())}")
-    return text
-
-
-def add_config_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Add --preset and one flag per RunConfig field (dash style; booleans are store_true)."""
-    g = parser.add_argument_group("run config")
-    g.add_argument("--preset", type=_preset_name, help="model preset supplying the model fields")
-    for f in _FIELDS:
-        doc = f.metadata["doc"]
-        if f.name in _OFF_FLAGS:
-            g.add_argument(_flag(f.name), dest=f.name, action="store_const", const=False, help=_OFF_FLAGS[f.name])
-        elif f.type == "bool":
-            g.add_argument(_flag(f.name), dest=f.name, action="store_const", const=True, help=doc)
-        else:
-            g.add_argument(_flag(f.name), dest=f.name, type=_TYPES[f.type], choices=f.metadata["choices"],
-                           help=f"{doc} (default {f.default})")
-    return parser
-
-
-def config_from_args(ns: argparse.Namespace) -> RunConfig:
-    """RunConfig from parsed flags: defaults < preset model fields < explicit flags; gpus defaults to tp*pp*cp."""
-    d = RunConfig().to_dict()
-    if getattr(ns, "preset", None):
-        from megalab import presets
-        d.update(presets.get(ns.preset).to_dict())
-    d.update({f.name: getattr(ns, f.name) for f in _FIELDS if getattr(ns, f.name, None) is not None})
-    if getattr(ns, "gpus", None) is None:
-        d["gpus"] = d["tp"] * d["pp"] * d["cp"]
-    return RunConfig.from_dict(d)
-
-
-def config_to_args(cfg: RunConfig) -> list[str]:
-    """Flags that config_from_args parses back to exactly cfg (no preset; every set field explicit)."""
-    args: list[str] = []
-    for f in _FIELDS:
-        v = getattr(cfg, f.name)
-        if f.name in _OFF_FLAGS:
-            args += [] if v else [_flag(f.name)]
-        elif f.type == "bool":
-            args += [_flag(f.name)] if v else []
-        elif v is not None:
-            args += [_flag(f.name), repr(v) if isinstance(v, float) else str(v)]
-    return args

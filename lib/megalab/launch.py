@@ -59,7 +59,7 @@ class RunOutcome:
 
 
 def _config_args(cfg) -> list[str]:
-    from megalab.config import config_to_args
+    from megalab.flags import config_to_args
     return list(config_to_args(cfg))
 
 

@@ -85,7 +85,7 @@ class Result:
 # -- megalab.run -----------------------------------------------------------------------------------
 def record_command(cfg) -> str:
     """The shell command that runs this configuration live and records it."""
-    from megalab.config import config_to_args
+    from megalab.flags import config_to_args
     return shlex.join(["megalab", "run", *config_to_args(cfg), "--mode", "live"])
 
 

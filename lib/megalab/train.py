@@ -41,7 +41,8 @@ from functools import partial
 
 from megalab import data, theory
 from megalab.weights import init_layout_invariant
-from megalab.config import InvalidLayout, add_config_args, config_from_args, hierarchical_cp
+from megalab.config import InvalidLayout, hierarchical_cp
+from megalab.flags import add_config_args, config_from_args
 
 _T0 = time.time()  # start-up clock (torch and Megatron load later); $MEGALAB_LAUNCH_T wins if set
 _LAUNCH = float(os.environ.get("MEGALAB_LAUNCH_T", _T0))

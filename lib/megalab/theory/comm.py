@@ -1,45 +1,32 @@
-"""Communication per GPU per step, by parallel axis, and its time at a given bus bandwidth.
+"""Communication per GPU per step, by parallel axis (tp, dp, cp, pp, ep).
 
-Counts the bytes each GPU *sends* with ring algorithms: an all-reduce of S bytes over n GPUs sends
-2(n−1)/n·S, an all-gather or reduce-scatter (n−1)/n·S (S = the full, gathered size), an all-to-all
-(n−1)/n of the local buffer. Dividing by NCCL-tests' "bus bandwidth" then gives the time, which is
-how that bandwidth is defined. Re-exported by `megalab.theory`.
+Bytes each GPU *sends*, counted with ring algorithms (megalab.theory.collectives), so that dividing
+by NCCL-tests' bus bandwidth gives the time.
 """
 
 from __future__ import annotations
 
-__all__ = ["comm_bytes_per_step", "comm_time_s"]
+from megalab.theory.collectives import allreduce_bytes, gather_bytes
+from megalab.theory.footprint import GRAD_BYTES, WEIGHT_BYTES
+from megalab.theory.moe import dispatch_bytes
+from megalab.theory.parameters import stage_params
+
+__all__ = ["comm_bytes_per_step"]
 
 ACT_BYTES = 2  # bf16 activations on the wire
 
 
-def bus_factor(op: str, n: int) -> float:
-    """Bytes each of n ranks moves per byte of the collective's size, for ring algorithms (nccl-tests'
-    busbw factor): 2(n-1)/n for all-reduce, (n-1)/n for all-gather, reduce-scatter and all-to-all."""
-    return (2 if op == "all_reduce" else 1) * (n - 1) / n
-
-
-def _allreduce(n: int, size: float) -> float:
-    return bus_factor("all_reduce", n) * size
-
-
-def _gather(n: int, size: float) -> float:  # all-gather, reduce-scatter and all-to-all alike
-    return bus_factor("all_gather", n) * size
-
-
 def _dp(cfg) -> float:
     """Gradient reduction (+ parameter all-gather with the distributed optimizer), busiest stage."""
-    from megalab import memory, theory
-
     edp = cfg.gpus // (cfg.pp * cfg.ep * cfg.etp)  # experts reduce over the expert-DP group
     worst = 0.0
     for stage in range(cfg.pp):
         sent = 0.0
-        for n, p in zip((cfg.dp * cfg.cp, edp), theory._stage(cfg, stage)):
+        for n, p in zip((cfg.dp * cfg.cp, edp), stage_params(cfg, stage)):
             if cfg.dist_opt:  # reduce-scatter fp32 grads, all-gather bf16 params
-                sent += _gather(n, p * memory.GRAD_BYTES) + _gather(n, p * memory.WEIGHT_BYTES)
+                sent += gather_bytes(n, p * GRAD_BYTES) + gather_bytes(n, p * WEIGHT_BYTES)
             else:  # all-reduce fp32 grads
-                sent += _allreduce(n, p * memory.GRAD_BYTES)
+                sent += allreduce_bytes(n, p * GRAD_BYTES)
         worst = max(worst, sent)
     return worst
 
@@ -58,7 +45,7 @@ def _cp(cfg, per_layer_passes: int) -> float:
         return (fwd + bwd) * (n - 1) * kv
 
     def a2a(n):  # Ulysses: 4 all-to-alls (Q, K, V, O) forward, 4 backward
-        return (fwd + 1) * _gather(n, qo + kv)
+        return (fwd + 1) * gather_bytes(n, qo + kv)
 
     if cfg.cp_comm in ("p2p", "all_gather"):
         return ring(cfg.cp)
@@ -79,32 +66,19 @@ def comm_bytes_per_step(cfg) -> dict:
         and dKV); a2a (Ulysses): all-to-alls of Q, K, V, O forward and backward.
     pp: each micro-batch sends one (s/cp, b, h) activation forward and one gradient backward per
         model chunk (v per stage), split over tp with SP (Narayanan et al. 2021 §2.2).
-    ep: alltoall dispatcher: dispatch + combine of topk·tokens·h forward and backward per MoE layer;
-        allgather dispatcher: all-gather + reduce-scatter of the tokens over the tp·ep group.
+    ep: the token dispatcher, per MoE layer and micro-batch (megalab.theory.moe.dispatch_bytes).
     Small terms (embedding all-reduce, loss statistics, MoE router aux losses) are left out.
     """
     m, L = cfg.num_microbatches, cfg.layers // cfg.pp
-    s, b, h = cfg.seq / cfg.cp, cfg.mbs, cfg.hidden
-    act = s * b * h * ACT_BYTES
+    act = cfg.seq / cfg.cp * cfg.mbs * cfg.hidden * ACT_BYTES
     fwd = 2 if cfg.recompute == "full" else 1  # forward passes over each layer
     sp = cfg.tp if cfg.sp else 1
     out = {
-        "tp": 2 * (fwd + 1) * _allreduce(cfg.tp, act) * L * m,
+        "tp": 2 * (fwd + 1) * allreduce_bytes(cfg.tp, act) * L * m,
         "dp": _dp(cfg),
         "cp": _cp(cfg, fwd) * L * m,
         "pp": 2 * act / sp * m * cfg.vpp if cfg.pp > 1 else 0.0,
-        "ep": 0.0,
+        "ep": dispatch_bytes(cfg, fwd) * L * m if cfg.experts else 0.0,
     }
-    if cfg.experts and cfg.moe_dispatcher == "alltoall":
-        tokens = act / sp * cfg.topk
-        out["ep"] = 2 * (fwd + 1) * _gather(cfg.ep, tokens) * L * m
-    elif cfg.experts:
-        n = cfg.ep * cfg.tp
-        out["ep"] = 2 * (fwd + 1) * (n - 1) * act / sp * L * m
     out["total"] = sum(out.values())
     return out
-
-
-def comm_time_s(nbytes: float, bus_bw_gbs: float) -> float:
-    """Seconds to move `nbytes` per GPU at a bus bandwidth in GB/s (NCCL-tests' busbw)."""
-    return nbytes / (bus_bw_gbs * 1e9)

@@ -1,48 +1,48 @@
-"""megalab.experiments: each chapter's runs, and the GPU plan printed from them."""
+"""megalab.chapters, megalab.specs, megalab.recording: each chapter's runs, and the GPU plan printed from them."""
 import pytest
 
-from megalab import experiments
+from megalab import chapters, recording, specs
 from megalab.config import RunConfig
 from megalab.results import Store
 
 
 def test_degrees():
-    assert experiments.degrees(1) == [1]
-    assert experiments.degrees(4) == [1, 2, 4]
-    assert experiments.degrees(6) == [1, 2, 4]
-    assert experiments.degrees(8) == [1, 2, 4, 8]
+    assert specs.degrees(1) == [1]
+    assert specs.degrees(4) == [1, 2, 4]
+    assert specs.degrees(6) == [1, 2, 4]
+    assert specs.degrees(8) == [1, 2, 4, 8]
     with pytest.raises(ValueError):
-        experiments.degrees(0)
+        specs.degrees(0)
 
 
 @pytest.mark.parametrize("gpus", [1, 2, 4, 8])
 def test_chapters_scale_with_the_gpu_count(gpus):
     """Every configuration is valid for its own GPU count, and the series reach `gpus`."""
-    for build in (experiments.data_parallel, experiments.tensor_parallel):
+    for build in (chapters.data_parallel, chapters.tensor_parallel):
         found = build(gpus)
-        items = list(experiments._items(found))
+        items = list(specs.items(found))
         for item in items:
             cfg = item if isinstance(item, RunConfig) else item.cfg
             cfg.validate()
             assert cfg.gpus <= gpus
-    assert experiments.data_parallel(gpus)["weak"][-1].gpus == experiments.degrees(gpus)[-1]
-    assert [c.tp for c in experiments.tensor_parallel(gpus)["strong"]] == experiments.degrees(gpus)
+    assert chapters.data_parallel(gpus)["weak"][-1].gpus == specs.degrees(gpus)[-1]
+    assert [c.tp for c in chapters.tensor_parallel(gpus)["strong"]] == specs.degrees(gpus)
 
 
 def test_fit_window_brackets_the_prediction():
     """gpt2-xl on one GPU: theory's largest micro-batch sits inside the probe window, on both cards."""
-    base = experiments.data_parallel()["one_gpu"]
+    base = chapters.data_parallel()["one_gpu"]
     for gpu, (lo_max, hi_min) in (("H200", (42, 42)), ("H100", (19, 19))):
-        fit = experiments.Fit(base, "mbs", gpu)
+        fit = specs.Fit(base, "mbs", gpu)
         lo, hi = fit.window
         assert lo < fit.predicted < hi
         assert abs(fit.predicted - lo_max) <= 3
-    layers = experiments.Fit(base, "layers", "H200", step=8, width=0.05)
+    layers = specs.Fit(base, "layers", "H200", step=8, width=0.05)
     assert layers.window[0] % 8 == 0 and layers.window[1] % 8 == 0
 
 
 def test_plan_orders_baselines_first_and_parity_after_its_references(tmp_path):
-    lines = experiments.plan("ch02", gpus=4, store=Store(tmp_path))
+    lines = recording.plan("ch02", gpus=4, store=Store(tmp_path))
     assert lines[0].startswith("ch02! ") and "--tp 1 " in lines[0]          # a timing baseline, alone
     wait = lines.index("wait")
     assert all(" parity " in f" {line} " for line in lines[wait + 1:])
@@ -54,39 +54,39 @@ def test_plan_orders_baselines_first_and_parity_after_its_references(tmp_path):
 
 def test_missing_plan_is_empty_when_everything_is_recorded(tmp_path):
     """--missing drops what the store answers; the committed results answer every current chapter."""
-    assert experiments.plan("ch02", missing_only=True) == []
-    assert experiments.plan("ch01", missing_only=True) == []
-    assert experiments.plan("ch01", missing_only=True, store=Store(tmp_path))  # an empty store answers nothing
+    assert recording.plan("ch02", missing_only=True) == []
+    assert recording.plan("ch01", missing_only=True) == []
+    assert recording.plan("ch01", missing_only=True, store=Store(tmp_path))  # an empty store answers nothing
 
 
 def test_nothing_pending_and_the_80gb_fit_belongs_to_the_h100_plan():
     """Queued runs were recorded and moved into the chapters; the H100 fit is planned for H100 hosts only."""
-    assert experiments.plan("ch01", pending=True) == [] and experiments.plan("ch02", pending=True) == []
-    h100 = experiments.plan("ch01", gpu="H100")
+    assert recording.plan("ch01", pending=True) == [] and recording.plan("ch02", pending=True) == []
+    h100 = recording.plan("ch01", gpu="H100")
     assert h100 and all(" fit " in f" {line} " for line in h100)
     assert "--lo 18 --hi 22" in h100[0]                       # a window around theory's 20 on 80 GB
-    assert not any(line in experiments.plan("ch01") for line in h100)
+    assert not any(line in recording.plan("ch01") for line in h100)
 
 
 def test_unknown_chapter():
     with pytest.raises(KeyError, match="ch01"):
-        experiments.plan("ch99")
+        recording.plan("ch99")
 
 
 def test_searches_are_sized_for_the_gpu_that_runs_them(monkeypatch):
     """Cached: the reference GPU. Live on an 80 GB H100: the H100's window, not the H200's."""
     import megalab.env
-    assert experiments.sizing_gpu("cached") == "H200"
+    assert specs.sizing_gpu("cached") == "H200"
     monkeypatch.setattr(megalab.env, "local_gpus", lambda: ("NVIDIA H100 80GB HBM3", 8))
-    assert experiments.sizing_gpu("auto") == "H100"
-    assert experiments.data_parallel(gpu="H100")["fit_mbs"].window[1] < 30
+    assert specs.sizing_gpu("auto") == "H100"
+    assert chapters.data_parallel(gpu="H100")["fit_mbs"].window[1] < 30
     monkeypatch.setattr(megalab.env, "local_gpus", lambda: ("Some Future GPU", 1))
-    assert experiments.sizing_gpu("live") == "H200"
+    assert specs.sizing_gpu("live") == "H200"
 
 
 def test_a_run_in_two_series_is_planned_once_and_alone(tmp_path):
     """gpt2-xl DP=1 mbs 4 gbs 16 is both the weak-scaling baseline and an accumulation point."""
-    lines = experiments.plan("ch01", store=Store(tmp_path))
+    lines = recording.plan("ch01", store=Store(tmp_path))
     runs = [line.split(" ", 1)[1] for line in lines if line.startswith(("ch01 --", "ch01! --"))]
     assert len(runs) == len(set(runs))
     baseline = [line for line in lines if "--gpus 1 " in line and "--mbs 4 --gbs 16 " in line and " parity" not in line
@@ -95,9 +95,31 @@ def test_a_run_in_two_series_is_planned_once_and_alone(tmp_path):
 
 
 def test_a_failed_record_is_not_recorded(tmp_path):
-    cfg = experiments.data_parallel()["one_gpu"]
+    cfg = chapters.data_parallel()["one_gpu"]
     store = Store(tmp_path)
     store.append({"key": cfg.key, "status": "failed", "config": cfg.to_dict(), "env": {}})
-    assert not experiments.is_recorded(cfg, store)
+    assert not recording.is_recorded(cfg, store)
     store.append({"key": cfg.key, "status": "oom", "config": cfg.to_dict(), "env": {}})
-    assert experiments.is_recorded(cfg, store)
+    assert recording.is_recorded(cfg, store)
+
+
+@pytest.mark.parametrize("name", ["ch01", "01", "1", "01_data_parallel", "data_parallel", "book/01_data_parallel/"])
+def test_a_chapter_has_one_key_under_every_name_a_reader_uses(name):
+    assert chapters.resolve(name) == "ch01"
+
+
+def test_an_unknown_chapter_names_the_valid_ones():
+    with pytest.raises(chapters.UnknownChapter, match="ch02 .02_tensor_parallel."):
+        chapters.resolve("ch99")
+
+
+def test_runs_by_name_are_the_chapter_modules_runs():
+    assert chapters.runs("02", 2) == chapters.tensor_parallel(2)
+    assert chapters.pending("ch01") == {}
+
+
+def test_every_chapter_module_is_small_and_defines_runs_only():
+    for key, module in chapters.CHAPTERS.items():
+        public = {n for n in vars(module) if not n.startswith("_") and callable(getattr(module, n))
+                  and getattr(getattr(module, n), "__module__", None) == module.__name__}
+        assert public <= {"runs", "pending"}, (key, public)

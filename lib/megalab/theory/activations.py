@@ -1,0 +1,68 @@
+"""Activation memory: what one layer keeps for the backward pass, and what a pipeline stage holds.
+
+Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", Table 2,
+generalised to GQA, SwiGLU, MoE and context parallelism; held for as many micro-batches as the
+pipeline schedule keeps in flight (megalab.theory.pipeline).
+"""
+
+from __future__ import annotations
+
+from megalab.theory.parameters import glu
+from megalab.theory.pipeline import layers_in_flight
+
+__all__ = ["attention_kind", "activation_bytes_per_layer", "held_activation_bytes"]
+
+
+def attention_kind(cfg) -> str:
+    """'flash' for TE (fused attention keeps no s×s scores), 'materialized' for the local spec."""
+    return "flash" if cfg.impl == "te" else "materialized"
+
+
+def activation_bytes_per_layer(cfg, attention: str | None = None, recompute: str | None = None) -> float:
+    """Activation bytes one transformer layer keeps for one micro-batch on one GPU.
+
+    Korthikanti et al. 2022, Table 2 (bf16, with dropout masks), per layer:
+      no parallelism          s·b·h·(34 + 5·a·s/h)
+      TP                      s·b·h·(10 + 24/t + 5·a·s/(h·t))
+      TP + SP                 s·b·h/t·(34 + 5·a·s/h)
+      + selective recompute   the 5·a·s/h term (attention scores) is dropped
+      full recompute          2·s·b·h (the layer input only; /t with SP)
+    The 24 generalises to 4 + 4g/a (Q, K, V, projection input) + 2(1+glu)·ffn/h (activation and
+    fc2 inputs); MoE experts hold topk copies of each token's MLP activations (balanced routing),
+    split over tp. Flash attention (TE) never stores the scores, as with selective recompute.
+    Context parallelism divides the sequence: s → s/cp. `recompute` defaults to cfg.recompute.
+    """
+    recompute = recompute or cfg.recompute
+    h, a, g, t = cfg.hidden, cfg.heads, cfg.groups, cfg.tp
+    s, b = cfg.seq / cfg.cp, cfg.mbs
+    sp = t if cfg.sp else 1  # SP also splits the 10 "replicated" units (norms, dropout, inputs)
+    if recompute == "full":
+        return 2 * s * b * h / sp
+    if cfg.experts:
+        mlp = cfg.topk * (2 + 2 * (1 + glu(cfg)) * cfg.moe_ffn_size / h)
+    else:
+        mlp = 2 * (1 + glu(cfg)) * cfg.ffn_size / h
+    per_layer = s * b * h * (10 / sp + (4 + 4 * g / a + mlp) / t)
+    attention = attention or attention_kind(cfg)
+    if attention == "materialized" and recompute != "selective":
+        per_layer += 5 * a * s * cfg.seq * b / t  # softmax out 2, dropout mask 1, dropout out 2 (×a·s²·b)
+    return per_layer
+
+
+def held_activation_bytes(cfg, stage: int = 0, attention: str | None = None) -> float:
+    """Activation bytes pipeline stage `stage` holds at the peak of its schedule (one GPU).
+
+    Layers in flight × per-layer bytes; full recompute adds one layer's full activations (backward
+    re-runs one layer at a time); the first stage adds token ids and the embedding's dropout mask per
+    micro-batch in flight, the last the fp32 logits over its vocabulary shard.
+    """
+    s, b, t, sp = cfg.seq / cfg.cp, cfg.mbs, cfg.tp, (cfg.tp if cfg.sp else 1)
+    held = layers_in_flight(cfg, stage)
+    total = activation_bytes_per_layer(cfg, attention) * held
+    if cfg.recompute == "full":  # backward re-runs one layer at a time: its full activations, once
+        total += activation_bytes_per_layer(cfg, attention, recompute="none")
+    if stage == 0:  # Megatron: token ids (int64) + embedding dropout mask, per micro-batch in flight
+        total += (8 * s * b + s * b * cfg.hidden / sp) * held / (cfg.layers / cfg.pp)
+    if stage == cfg.pp - 1:  # fp32 logits over the vocab shard + final norm output, one micro-batch
+        total += 4 * s * b * cfg.vocab / t + 4 * s * b * cfg.hidden / sp
+    return total
