@@ -18,7 +18,8 @@
 
 from __future__ import annotations
 
-from megalab.theory.activations import activation_bytes_per_layer, attention_kind, held_activation_bytes
+from megalab.theory.activations import (activation_bytes_per_layer, activation_terms, attention_kind,
+                                        held_activation_bytes)
 from megalab.theory.collectives import bus_factor, comm_time_s
 from megalab.theory.comm import comm_bytes_per_step
 from megalab.theory.flops import flops_per_step, hardware_flops, mfu, model_flops, tflops_per_gpu
@@ -32,7 +33,7 @@ from megalab.theory.step_time import step_time_estimate
 __all__ = [
     "has_bias", "layout", "params", "layer_params", "stage_params", "params_per_stage", "params_per_rank",
     "flops_per_step", "model_flops", "hardware_flops", "tflops_per_gpu", "mfu",
-    "activation_bytes_per_layer", "attention_kind", "held_activation_bytes",
+    "activation_bytes_per_layer", "activation_terms", "attention_kind", "held_activation_bytes",
     "memory", "model_state_bytes", "zero_memory", "bus_factor", "comm_bytes_per_step", "comm_time_s",
     "bubble_fraction", "layers_in_flight", "active_fraction", "dispatch_bytes", "step_time_estimate", "plan",
 ]

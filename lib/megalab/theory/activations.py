@@ -10,12 +10,42 @@ from __future__ import annotations
 from megalab.theory.parameters import glu
 from megalab.theory.pipeline import layers_in_flight
 
-__all__ = ["attention_kind", "activation_bytes_per_layer", "held_activation_bytes"]
+__all__ = ["attention_kind", "activation_terms", "activation_bytes_per_layer", "held_activation_bytes"]
 
 
 def attention_kind(cfg) -> str:
     """'flash' for TE (fused attention keeps no s×s scores), 'materialized' for the local spec."""
     return "flash" if cfg.impl == "te" else "materialized"
+
+
+def activation_terms(cfg, attention: str | None = None, recompute: str | None = None) -> dict:
+    """Activation bytes one layer keeps for one micro-batch on one GPU, term by term (sum: next function).
+
+    Korthikanti et al. 2022 §4.1, per layer and in units of s·b·h bytes (bf16, dropout masks 1 byte):
+      replicated  10   layernorm inputs 4, QKV and MLP inputs 2 + 2, two dropout masks 1 + 1:
+                       kept whole on every TP rank; SP splits them t ways (§4.2.2)
+      attention   4 + 4g/a   Q, K, V for QKᵀ and softmax·V, output-projection input (MHA: 8)
+      mlp         2(1+glu)·ffn/h   fc1 output and activation output (GPT, ffn = 4h: 16);
+                       MoE: topk copies of each token's expert MLP plus its dispatched input
+      scores      5·a·s/h   softmax output 2, its dropout mask 1, dropout output 2 (×a·s²·b); gone with
+                       selective recompute, and never stored by fused (flash) attention
+    The paper's 34 = 10 + 8 + 16. TP splits attention, mlp and scores t ways; CP divides s (s → s/cp).
+    Full recompute keeps only the layer input, 2·s·b·h (/t with SP), under "input".
+    """
+    recompute = recompute or cfg.recompute
+    h, a, g, t = cfg.hidden, cfg.heads, cfg.groups, cfg.tp
+    s, b = cfg.seq / cfg.cp, cfg.mbs
+    sp = t if cfg.sp else 1  # SP also splits the 10 "replicated" units (norms, dropout, inputs)
+    unit = s * b * h
+    if recompute == "full":
+        return {"input": 2 * unit / sp}
+    if cfg.experts:
+        mlp = cfg.topk * (2 + 2 * (1 + glu(cfg)) * cfg.moe_ffn_size / h)
+    else:
+        mlp = 2 * (1 + glu(cfg)) * cfg.ffn_size / h
+    materialized = (attention or attention_kind(cfg)) == "materialized" and recompute != "selective"
+    return {"replicated": 10 * unit / sp, "attention": (4 + 4 * g / a) * unit / t, "mlp": mlp * unit / t,
+            "scores": 5 * a * s * cfg.seq * b / t if materialized else 0.0}
 
 
 def activation_bytes_per_layer(cfg, attention: str | None = None, recompute: str | None = None) -> float:
@@ -27,26 +57,10 @@ def activation_bytes_per_layer(cfg, attention: str | None = None, recompute: str
       TP + SP                 s·b·h/t·(34 + 5·a·s/h)
       + selective recompute   the 5·a·s/h term (attention scores) is dropped
       full recompute          2·s·b·h (the layer input only; /t with SP)
-    The 24 generalises to 4 + 4g/a (Q, K, V, projection input) + 2(1+glu)·ffn/h (activation and
-    fc2 inputs); MoE experts hold topk copies of each token's MLP activations (balanced routing),
-    split over tp. Flash attention (TE) never stores the scores, as with selective recompute.
-    Context parallelism divides the sequence: s → s/cp. `recompute` defaults to cfg.recompute.
+    The 24 generalises to 4 + 4g/a + 2(1+glu)·ffn/h (see `activation_terms`). Flash attention (TE)
+    never stores the scores, as with selective recompute. `recompute` defaults to cfg.recompute.
     """
-    recompute = recompute or cfg.recompute
-    h, a, g, t = cfg.hidden, cfg.heads, cfg.groups, cfg.tp
-    s, b = cfg.seq / cfg.cp, cfg.mbs
-    sp = t if cfg.sp else 1  # SP also splits the 10 "replicated" units (norms, dropout, inputs)
-    if recompute == "full":
-        return 2 * s * b * h / sp
-    if cfg.experts:
-        mlp = cfg.topk * (2 + 2 * (1 + glu(cfg)) * cfg.moe_ffn_size / h)
-    else:
-        mlp = 2 * (1 + glu(cfg)) * cfg.ffn_size / h
-    per_layer = s * b * h * (10 / sp + (4 + 4 * g / a + mlp) / t)
-    attention = attention or attention_kind(cfg)
-    if attention == "materialized" and recompute != "selective":
-        per_layer += 5 * a * s * cfg.seq * b / t  # softmax out 2, dropout mask 1, dropout out 2 (×a·s²·b)
-    return per_layer
+    return sum(activation_terms(cfg, attention, recompute).values())
 
 
 def held_activation_bytes(cfg, stage: int = 0, attention: str | None = None) -> float:
