@@ -1,0 +1,85 @@
+"""Who runs what when: the kernels of one step on their CUDA streams, and Gantt charts of tasks on rows (stages, ranks)."""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from megalab.charts._style import PALETTE, TEMPLATE, _figure
+
+
+def _add_spans(fig: go.Figure, spans: list[dict], kinds: list, unit: str, **bar) -> None:
+    """One horizontal-bar trace per kind (colour PALETTE[i] for kinds[i]) of spans {y, start, length,
+    kind[, text]}: each bar starts at `start` and is `length` long, in `unit`."""
+    for i, kind in enumerate(kinds):
+        part = [s for s in spans if s["kind"] == kind]
+        if not part:
+            continue
+        text = [s.get("text") for s in part]
+        labels = dict(text=text, textposition="inside", insidetextanchor="middle", textangle=0) if any(
+            t is not None for t in text) else {}
+        hover = ("%{text}: " if labels else "") + f"%{{base:.3f}} {unit} + %{{x:.3f}} {unit}<extra>{kind}</extra>"
+        fig.add_bar(y=[s["y"] for s in part], x=[s["length"] for s in part], base=[s["start"] for s in part],
+                    orientation="h", name=str(kind), marker_color=PALETTE[i % len(PALETTE)],
+                    hovertemplate=hover, **labels, **bar)
+
+
+def kernel_timeline(profile: dict, title: str = "GPU kernels of one training step") -> go.Figure:
+    """The kernels of one profiled step (a record's `profile.timeline`) on their CUDA streams, coloured
+    by kind: where communication (nccl) runs, and whether it overlaps compute on another stream."""
+    t = profile["timeline"]
+    rows = [dict(zip(t["columns"], k)) for k in t["kernels"]]
+    streams = sorted({r["stream"] for r in rows}, key=lambda s: (s is None, s))
+    fig = _figure(title, barmode="overlay", xaxis_title="milliseconds from the step's first kernel",
+                  yaxis_title="CUDA stream", yaxis_type="category", bargap=0.3)
+    spans = [dict(y=f"stream {r['stream']}", start=r["start_ms"], length=max(r["duration_ms"], 0.002),
+                  kind=r["category"]) for r in rows]
+    _add_spans(fig, spans, ["gemm", "attention", "other", "nccl"], "ms", marker_line_width=0)
+    fig.update_yaxes(categoryorder="array", categoryarray=[f"stream {s}" for s in streams])
+    return fig
+
+
+def gantt(tasks, title: str = "Schedule", row_title: str = "stage",
+          x_title: str = "seconds from the step's start") -> go.Figure:
+    """Tasks as horizontal bars on their rows (pipeline stage, rank; the first row on top): `tasks` is a
+    DataFrame or a list of dicts with row, start_s, end_s, kind (e.g. "F"/"B", one colour each) and an
+    optional label written in the bar (e.g. the micro-batch). Idle time shows as gaps. {panel title:
+    tasks} draws schedules one above the other on a shared time axis, e.g. measured beside ideal."""
+    panels = {name: _records(t) for name, t in (tasks.items() if isinstance(tasks, dict) else [(None, tasks)])}
+    kinds = list(dict.fromkeys(t["kind"] for ts in panels.values() for t in ts))
+    n_rows = sum(len({t["row"] for t in ts}) for ts in panels.values())
+    titles = [str(name) for name in panels] if isinstance(tasks, dict) else None
+    fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, subplot_titles=titles,
+                        vertical_spacing=0.3 / len(panels))
+    fig.update_layout(template=TEMPLATE, title=title, barmode="overlay", bargap=0.25,
+                      height=160 + 60 * len(panels) + 36 * n_rows)
+    for p, ts in enumerate(panels.values(), start=1):
+        spans = [dict(y=str(t["row"]), start=t["start_s"], length=t["end_s"] - t["start_s"], kind=t["kind"],
+                      **({"text": str(t["label"])} if _has_label(t) else {})) for t in ts]
+        _add_spans(fig, spans, kinds, "s", row=p, col=1, marker_line=dict(color="white", width=1))
+        order = [str(r) for r in _ordered(t["row"] for t in ts)]
+        fig.update_yaxes(type="category", categoryorder="array", categoryarray=order, autorange="reversed",
+                         title_text=row_title, row=p, col=1)
+    shown = set()
+    for trace in fig.data:   # one legend entry per kind, however many panels draw it
+        trace.update(legendgroup=trace.name, showlegend=trace.name not in shown)
+        shown.add(trace.name)
+    fig.update_xaxes(title_text=x_title, row=len(panels), col=1)
+    return fig
+
+
+def _records(tasks) -> list[dict]:
+    return tasks.to_dict("records") if hasattr(tasks, "to_dict") else [dict(t) for t in tasks]
+
+
+def _has_label(task: dict) -> bool:
+    label = task.get("label")
+    return label is not None and label == label   # a DataFrame's missing label is NaN, and NaN != NaN
+
+
+def _ordered(values) -> list:
+    """Distinct values sorted, or in order of appearance where they cannot be compared."""
+    distinct = list(dict.fromkeys(values))
+    try:
+        return sorted(distinct)
+    except TypeError:
+        return distinct

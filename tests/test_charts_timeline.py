@@ -1,0 +1,52 @@
+"""charts.timeline: kernels on CUDA streams, Gantt charts of tasks on rows."""
+import pandas as pd
+import plotly.graph_objects as go
+
+from megalab import charts
+
+
+def test_kernel_timeline_one_trace_per_kind():
+    profile = {"timeline": {"columns": ["category", "start_ms", "duration_ms", "stream"],
+                            "kernels": [["gemm", 0.0, 1.0, 7], ["nccl", 1.0, 0.5, 23], ["gemm", 1.5, 1.0, 7]]}}
+    fig = charts.kernel_timeline(profile)
+    assert {t.name for t in fig.data} == {"gemm", "nccl"}
+    assert list(fig.data[0].base) == [0.0, 1.5]
+
+
+def _gpipe(pp=2, m=3, tf=1.0, tb=2.0):
+    """GPipe on `pp` stages, `m` micro-batches: all forwards, then all backwards."""
+    fwd = [dict(row=s, start_s=(s + i) * tf, end_s=(s + i + 1) * tf, kind="F", label=i)
+           for s in range(pp) for i in range(m)]
+    t0 = (pp + m - 1) * tf
+    bwd = [dict(row=s, start_s=t0 + (pp - 1 - s + i) * tb, end_s=t0 + (pp - s + i) * tb, kind="B", label=i)
+           for s in range(pp) for i in range(m)]
+    return fwd + bwd
+
+
+def test_gantt_bars_per_kind_on_rows():
+    fig = charts.gantt(pd.DataFrame(_gpipe()), row_title="stage")
+    assert isinstance(fig, go.Figure)
+    assert [t.name for t in fig.data] == ["F", "B"]
+    f = fig.data[0]
+    assert f.orientation == "h" and list(f.y[:3]) == ["0", "0", "0"] and list(f.text[:3]) == ["0", "1", "2"]
+    assert list(f.base[:3]) == [0.0, 1.0, 2.0] and list(f.x[:3]) == [1.0, 1.0, 1.0]   # x = end - start
+    b = fig.data[1]
+    assert b.base[list(b.y).index("1")] == max(f.base) + 1.0   # the last stage turns round at once
+    assert fig.layout.barmode == "overlay" and fig.layout.yaxis.autorange == "reversed"
+    assert list(fig.layout.yaxis.categoryarray) == ["0", "1"] and fig.layout.yaxis.title.text == "stage"
+
+
+def test_gantt_panels_side_by_side_share_colours_and_legend():
+    measured = [dict(t, start_s=t["start_s"] * 1.1, end_s=t["end_s"] * 1.1) for t in _gpipe()]
+    fig = charts.gantt({"measured": measured, "ideal": _gpipe()})
+    assert [(t.name, t.yaxis, t.showlegend) for t in fig.data] == [
+        ("F", "y", True), ("B", "y", True), ("F", "y2", False), ("B", "y2", False)]
+    assert fig.data[0].marker.color == fig.data[2].marker.color
+    assert [a.text for a in fig.layout.annotations] == ["measured", "ideal"]
+    assert fig.layout.xaxis2.title.text and fig.layout.xaxis.matches == "x2"   # one time axis
+
+
+def test_gantt_without_labels_has_no_text():
+    tasks = [{"row": "rank 0", "start_s": 0.0, "end_s": 0.5, "kind": "comm"}]
+    fig = charts.gantt(tasks, row_title="rank")
+    assert fig.data[0].text is None and list(fig.data[0].y) == ["rank 0"]
