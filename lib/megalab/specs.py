@@ -42,13 +42,14 @@ def sizing_gpu(mode: str, reference: str = "H200") -> str:
 
 
 # -- questions that take several runs --------------------------------------------------------------
-def predicted_largest(cfg: RunConfig, vary: str, gpu: str, step: int = 1, limit: int = 4096) -> int:
-    """The largest value of `vary` (mbs or layers) that theory's memory model fits on `gpu`."""
+def predicted_largest(cfg: RunConfig, vary: str, gpu: str, step: int = 1, limit: int | None = None) -> int:
+    """The largest value of `vary` (mbs, seq or layers) that theory's memory model fits on `gpu`
+    (searched up to `limit`, default 4096 steps)."""
     from megalab.theory import memory
     from megalab.sweep import with_value
 
     best = 0
-    for v in range(step, limit + 1, step):
+    for v in range(step, (limit or 4096 * step) + 1, step):
         if not memory(with_value(cfg, vary, v), gpu)["fits"]:
             break
         best = v

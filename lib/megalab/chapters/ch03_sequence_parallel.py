@@ -12,6 +12,7 @@ from megalab import presets
 from megalab.specs import ITERS, PARITY_ITERS, Fit, Parity, Profiled, degrees
 
 LAYERS = (4, 8)   # two depths: their difference is what one layer keeps
+FIT_ITERS = 5     # a fit probe needs the peak of a step, not a timing
 
 
 def _pair(cfg) -> list:
@@ -40,14 +41,14 @@ def runs(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
         "profile_tp": [Profiled(shape.replace(layers=8, mbs=4, gbs=4, gpus=t, tp=t, sp=sp)) for t in tops
                        for sp in (False, True)],
         # 3. what fits: the largest micro-batch of gpt-8.3b per layout
-        "fit_mbs": {t: {name: Fit(big.replace(mbs=1, gbs=1, **kw), "mbs", gpu) for name, kw in variants(t).items()}
+        "fit_mbs": {t: {name: Fit(big.replace(mbs=1, gbs=1, iters=FIT_ITERS, **kw), "mbs", gpu) for name, kw in variants(t).items()}
                     for t in tops},
         # 4. what recompute costs: one GPU (TE and local spec) and TP t with SP
         "recompute_1gpu": {impl: [one.replace(impl=impl, recompute=r) for r in ("none", "selective", "full")]
                            for impl in ("te", "local")},
         "recompute_tp": {t: [one.replace(gpus=t, tp=t, sp=True, mbs=8, gbs=8, recompute=r)
                              for r in ("none", "selective", "full")] for t in tops},
-        "fit_mbs_1gpu": {r: Fit(one.replace(mbs=1, gbs=1, recompute=r), "mbs", gpu) for r in ("none", "full")},
+        "fit_mbs_1gpu": {r: Fit(one.replace(mbs=1, gbs=1, iters=FIT_ITERS, recompute=r), "mbs", gpu) for r in ("none", "full")},
         # 5. still correct: TP + SP + selective recompute against one GPU (TP + SP alone is recorded)
         "parity": [Parity(presets.get("gpt-350m").replace(
             tied_embeddings=False, position="rope", norm="RMSNorm", activation="swiglu", lr=1e-4, mbs=4, gbs=16,
