@@ -5,7 +5,7 @@
     torchrun --nproc_per_node=2 -m megalab.train --layers 4 --hidden 128 --heads 4 --vocab 1024 \\
         --seq 64 --impl local --tp 2 --dry-run            # CPU: build the shards, count, exit
 
-Flags: every RunConfig field (megalab.config.add_config_args), plus --run-dir DIR (where --profile
+Flags: every RunConfig field (megalab.flags.add_config_args), plus --run-dir DIR (where --profile
 writes), --dry-run (gloo on CPU: build every model chunk, print parameter counts, exit 0; Megatron
 cannot run a forward pass on CPU) and --profile (torch.profiler trace of steps 5-7 on rank 0, and a
 kernel-time table by category; needs --iters >= 8). --gpus defaults to the torchrun world size.
@@ -14,6 +14,10 @@ Output is the metrics protocol of megalab.metrics, one JSON object per line: a b
 (rank 0) before step 0, a step line every step and a summary line at the end (rank 0 too: the loss
 of the last pipeline stage reaches it in the per-step max-reduction). Errors are one JSON line too:
 {"kind": "error", "status": "invalid"|"oom", ...}, exit code 2 (invalid) or 1 (oom).
+
+This file is the run: flags, process groups, model, data, loss, loop. RunConfig -> Megatron's config
+objects, DDP and optimizer (Megatron-LM's setup_model_and_optimizer) is megalab.wiring; the lines
+written and the numbers gathered for them are megalab.train_log.
 
 Layout-invariant init (--init layout_invariant, the default). Megatron draws each rank's weights
 from a generator seeded per (pp, tp) rank, so two layouts start from different weights and their
@@ -32,29 +36,22 @@ before it and overlaps with it (Megatron-LM asserts it on Hopper). It costs DP-o
 import argparse
 import contextlib
 import importlib.util
-import json
-import math
 import os
 import sys
 import time
 from functools import partial
 
 from megalab import data, theory
-from megalab.weights import init_layout_invariant
-from megalab.config import InvalidLayout, hierarchical_cp
+from megalab.config import InvalidLayout
 from megalab.flags import add_config_args, config_from_args
+from megalab.train_log import (GIB, all_gather, budget, emit, is_oom, max_over_ranks, peak_tflops, profiler,
+                               reduced_loss, step_line)
+from megalab.weights import init_layout_invariant
+# train() calls build_training by this module's name: tools/gpu/spikes.py swaps in a probing one
+from megalab.wiring import build_training, megatron_configs, patch_moe_router_without_te, wire_schedule
 
 _T0 = time.time()  # start-up clock (torch and Megatron load later); $MEGALAB_LAUNCH_T wins if set
 _LAUNCH = float(os.environ.get("MEGALAB_LAUNCH_T", _T0))
-GIB = 2**30
-MOE_AUX_LOSS_COEFF = 1e-2
-PROFILE_STEPS = (5, 8)  # profile steps 5, 6, 7
-
-
-def emit(obj: dict) -> None:
-    """One metrics line, written in one call: ranks share the pipe and must not interleave."""
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
 
 
 # -- config ---------------------------------------------------------------------------------------
@@ -78,79 +75,6 @@ def checked_config(args):
     if problems:
         raise InvalidLayout("\n".join(problems))
     return cfg
-
-
-def megatron_configs(cfg, dry_run: bool = False):
-    """The one place Megatron's long names appear.
-
-    RunConfig -> (initialize_model_parallel kwargs, TransformerConfig, DDP config, optimizer config).
-    """
-    import torch
-    import torch.nn.functional as F
-    from megatron.core.distributed import DistributedDataParallelConfig
-    from megatron.core.optimizer import OptimizerConfig
-    from megatron.core.transformer.transformer_config import TransformerConfig
-
-    te, swiglu, moe = cfg.impl == "te", cfg.activation == "swiglu", cfg.experts > 0
-    bias = theory.has_bias(cfg)  # theory counts parameters with the same rule
-    have = lambda mod: importlib.util.find_spec(mod) is not None  # noqa: E731
-    recompute = {"none": {}, "selective": dict(recompute_granularity="selective"),
-                 "full": dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)}
-    model = TransformerConfig(
-        num_layers=cfg.layers, hidden_size=cfg.hidden, num_attention_heads=cfg.heads,
-        num_query_groups=cfg.query_groups, ffn_hidden_size=cfg.ffn_size,
-        normalization=cfg.norm, add_bias_linear=bias, gated_linear_unit=swiglu,
-        activation_func=F.silu if swiglu else F.gelu,
-        hidden_dropout=cfg.dropout, attention_dropout=cfg.dropout, init_method_std=0.02,
-        # layout
-        tensor_model_parallel_size=cfg.tp, pipeline_model_parallel_size=cfg.pp,
-        virtual_pipeline_model_parallel_size=cfg.vpp if cfg.vpp > 1 else None,
-        context_parallel_size=cfg.cp, cp_comm_type=cfg.cp_comm, hierarchical_context_parallel_sizes=_hierarchical(cfg),
-        expert_model_parallel_size=cfg.ep, expert_tensor_parallel_size=cfg.etp, sequence_parallel=cfg.sp,
-        # precision
-        bf16=True, params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16,
-        fp8="hybrid" if cfg.fp8 else None, fp8_recipe="delayed", fp8_margin=0,
-        fp8_amax_history_len=1024, fp8_amax_compute_algo="max",
-        # Megatron's init also tags TP weights (tensor_model_parallel, partition_dim) for the grad
-        # norm and the optimizer, so it always runs on GPU; the dry run skips it (counts only)
-        use_cpu_initialization=dry_run, perform_initialization=not dry_run,
-        # pipeline schedule, as Megatron-LM's defaults (arguments.py): interleaving overlaps p2p
-        deallocate_pipeline_outputs=True, overlap_p2p_comm=cfg.vpp > 1, batch_p2p_comm=cfg.vpp == 1,
-        # fusions (Megatron-LM defaults where the kernels exist on this machine)
-        bias_activation_fusion=swiglu or (bias and not moe), bias_dropout_fusion=True,  # experts fuse swiglu only
-        masked_softmax_fusion=have("scaled_upper_triang_masked_softmax_cuda"),  # local attention only
-        apply_rope_fusion=te and cfg.position == "rope", persist_layer_norm=te,
-        # fused wgrad accumulation into fp32 main_grad: the output layer needs Apex's extension
-        gradient_accumulation_fusion=have("fused_weight_gradient_mlp_cuda"),
-        cross_entropy_loss_fusion=te, cross_entropy_fusion_impl="te" if te else "native",
-        transformer_impl="transformer_engine" if te else "local",
-        # mixture of experts
-        num_moe_experts=cfg.experts or None, moe_router_topk=cfg.topk,
-        moe_ffn_hidden_size=cfg.moe_ffn_size if moe else None, moe_aux_loss_coeff=MOE_AUX_LOSS_COEFF if moe else 0.0,
-        moe_router_load_balancing_type="aux_loss", moe_grouped_gemm=te and moe, moe_router_pre_softmax=cfg.topk == 1,
-        # alltoall makes a CUDA stream when built; dispatchers hold no parameters, so counts agree
-        moe_token_dispatcher_type="allgather" if dry_run else cfg.moe_dispatcher,
-        **recompute[cfg.recompute],
-    )
-    parallel = dict(
-        tensor_model_parallel_size=cfg.tp, pipeline_model_parallel_size=cfg.pp,
-        virtual_pipeline_model_parallel_size=cfg.vpp if cfg.vpp > 1 else None, context_parallel_size=cfg.cp,
-        hierarchical_context_parallel_sizes=_hierarchical(cfg),
-        expert_model_parallel_size=cfg.ep, expert_tensor_parallel_size=cfg.etp)
-    ddp = DistributedDataParallelConfig(
-        grad_reduce_in_fp32=True, overlap_grad_reduce=cfg.overlap,
-        overlap_param_gather=cfg.overlap and cfg.dist_opt, use_distributed_optimizer=cfg.dist_opt,
-        align_param_gather=cfg.overlap and cfg.dist_opt and cfg.vpp > 1, bucket_size=None)
-    optim = OptimizerConfig(
-        optimizer="adam", lr=cfg.lr, min_lr=cfg.lr / 10, weight_decay=0.1, adam_beta1=0.9, adam_beta2=0.95,
-        adam_eps=1e-8, clip_grad=1.0, bf16=True, params_dtype=torch.bfloat16,
-        use_distributed_optimizer=cfg.dist_opt, overlap_param_gather=cfg.overlap and cfg.dist_opt)
-    return parallel, model, ddp, optim
-
-
-def _hierarchical(cfg):
-    sizes = hierarchical_cp(cfg) if cfg.cp > 1 else None
-    return list(sizes) if sizes else None
 
 
 # -- initialize_distributed -----------------------------------------------------------------------
@@ -272,156 +196,6 @@ def forward_step_func(data_iterator, model):
     return out, partial(loss_func, batch["loss_mask"])
 
 
-# -- outputs --------------------------------------------------------------------------------------
-def budget(cfg, params_per_rank: list[int]) -> dict:
-    return {"kind": "budget", "layout": theory.layout(cfg), "world_size": cfg.gpus,
-            "params_total": theory.params(cfg)["total"], "params_per_rank": params_per_rank,
-            "tokens_per_step": cfg.gbs * cfg.seq, "predicted_mem_gib": theory.memory(cfg)["total"],
-            "num_microbatches": cfg.num_microbatches, "config": cfg.to_dict()}
-
-
-def all_gather(value: float, device, dtype="float64") -> list:
-    """value from every rank, in rank order (a CPU-GPU sync point)."""
-    import torch
-    dtype = getattr(torch, dtype)
-    out = [torch.zeros(1, dtype=dtype, device=device) for _ in range(torch.distributed.get_world_size())]
-    torch.distributed.all_gather(out, torch.tensor([value], dtype=dtype, device=device))
-    return [t.item() for t in out]
-
-
-def reduced_loss(losses: list) -> float | None:
-    """Mean lm loss per token over the global batch, as Megatron-LM's train_step: sums over dp*cp."""
-    import torch
-    from megatron.core import parallel_state as ps
-    if not ps.is_pipeline_last_stage(ignore_virtual=True):
-        return None
-    val = torch.vstack([x["lm loss"].view(-1) for x in losses]).sum(dim=0).float()
-    torch.distributed.all_reduce(val, group=ps.get_data_parallel_group(with_context_parallel=True))
-    return float(val[0] / val[1])
-
-
-def max_over_ranks(device, loss: float | None) -> list[float]:
-    """[loss, peak allocated GiB, peak reserved GiB], each the max over all ranks: one all-reduce (a
-    CPU-GPU sync point) brings the last stage's loss to rank 0, whichever node holds that stage."""
-    import torch
-    t = torch.tensor([-math.inf if loss is None else loss, torch.cuda.max_memory_allocated() / GIB,
-                      torch.cuda.max_memory_reserved() / GIB], dtype=torch.float64, device=device)
-    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
-    return t.tolist()
-
-
-def profiler(run_dir: str):
-    """torch.profiler over steps 5-7 (rank 0): trace_rank0.json, and profile.json with the kernel seconds
-    per step by category (nccl, gemm, attention, other) and the kernel timeline of the last profiled step
-    (megalab.metrics.kernel_timeline), which the record keeps: the book draws its figures from it."""
-    import torch
-    from megalab.metrics import kernel_seconds, kernel_timeline
-
-    def write(prof):
-        os.makedirs(run_dir, exist_ok=True)
-        trace_path = os.path.join(run_dir, "trace_rank0.json")
-        prof.export_chrome_trace(trace_path)
-        with open(trace_path) as f:
-            trace = json.load(f)
-        steps = list(range(*PROFILE_STEPS))
-        with open(os.path.join(run_dir, "profile.json"), "w") as f:
-            json.dump({"steps": steps, "kernel_s_per_step": kernel_seconds(trace, steps),
-                       "timeline": kernel_timeline(trace, steps[-1])}, f)
-
-    first, end = PROFILE_STEPS
-    return torch.profiler.profile(
-        activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA],
-        schedule=torch.profiler.schedule(wait=first - 1, warmup=1, active=end - first, repeat=1),
-        on_trace_ready=write)
-
-
-def peak_tflops() -> float | None:
-    """Dense bf16 peak of this GPU (megalab.hardware), None if the table does not know it."""
-    import torch
-    from megalab import hardware
-    try:
-        return hardware.gpu_spec(torch.cuda.get_device_name()).peak_bf16_tflops
-    except hardware.UnknownGPU:
-        return None
-
-
-def _patch_moe_router_without_te(cfg) -> None:
-    """megatron-core 0.16.1 bug: without Transformer Engine the MoE router's gating GEMM reads a name that
-    was never defined (moe_utils.te_general_gemm -> NameError at the first forward). Define it as None,
-    the value the code tests for when TE is absent (seen on the GPU host: local spec, EP=4)."""
-    if cfg.experts and importlib.util.find_spec("transformer_engine") is None:
-        from megatron.core.transformer.moe import moe_utils
-        if not hasattr(moe_utils, "te_general_gemm"):
-            moe_utils.te_general_gemm = None
-
-
-def is_oom(e: BaseException) -> bool:
-    import torch
-    return isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e) or "CUBLAS_STATUS_ALLOC_FAILED" in str(e)
-
-
-# -- training state: Megatron-LM's setup_model_and_optimizer and train() wiring ----------------------
-def build_training(cfg, chunks, config, ddp_config, optim_config, device):
-    """Float16Module -> DistributedDataParallel per chunk, get_megatron_optimizer, warm-up + cosine LR."""
-    from megatron.core.distributed import DistributedDataParallel
-    from megatron.core.optimizer import get_megatron_optimizer, get_standard_config_overrides
-    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
-    from megatron.core.transformer.module import Float16Module
-
-    if cfg.init == "layout_invariant":
-        init_layout_invariant(chunks, cfg, device)
-    model = [Float16Module(config, c) for c in chunks]  # bf16 weights; the fp32 main copy lives in the optimizer
-    model = [DistributedDataParallel(config, ddp_config, m, disable_bucketing=i > 0)  # later chunks overlap anyway
-             for i, m in enumerate(model)]
-    if cfg.dp * cfg.cp > 1:
-        for m in model:
-            m.broadcast_params()  # replicas already agree (same seeds): cheap insurance, once
-    optimizer = get_megatron_optimizer(optim_config, model, config_overrides=get_standard_config_overrides(optim_config))
-    warmup = min(10, cfg.iters // 10)  # linear warm-up from 0, then cosine to lr/10 at the last step
-    scheduler = OptimizerParamScheduler(
-        optimizer, init_lr=0.0, max_lr=cfg.lr, min_lr=cfg.lr / 10, lr_warmup_steps=warmup,
-        lr_decay_steps=cfg.iters, lr_decay_style="cosine", start_wd=0.1, end_wd=0.1,
-        wd_incr_steps=cfg.iters, wd_incr_style="constant")
-    return model, optimizer, scheduler
-
-
-def wire_schedule(config, model, optimizer, ddp_config):
-    """What Megatron-LM's train() wires into the config (training.py): loss scale, overlap hooks, and the
-    grad finalisation that forward_backward_func calls at its end. Returns the function to call after the
-    first step (Megatron-LM runs it without the param all-gather pre-hooks, then turns them on)."""
-    from megatron.core.distributed import finalize_model_grads
-
-    config.grad_scale_func = optimizer.scale_loss
-    one = lambda fns: fns[0] if len(fns) == 1 else fns  # noqa: E731
-    if ddp_config.overlap_grad_reduce:
-        config.no_sync_func = one([m.no_sync for m in model])
-        config.grad_sync_func = one([m.start_grad_sync for m in model])
-    if ddp_config.align_param_gather:
-        config.param_sync_func = one([m.start_param_sync for m in model])
-    config.finalize_model_grads_func = finalize_model_grads  # dp reduce, sp norms, tied embeddings
-    param_sync_func, hooks_off = config.param_sync_func, ddp_config.overlap_param_gather
-    if hooks_off:
-        for m in model:
-            m.disable_forward_pre_hook(param_sync=False)
-        config.param_sync_func = None
-
-    def after_first_step():
-        if hooks_off:
-            for m in model:
-                m.enable_forward_pre_hook()
-            config.param_sync_func = param_sync_func
-    return after_first_step
-
-
-def step_line(cfg, step: int, loss, grad_norm, lr, step_time: float, mem: list, peak: float | None) -> dict:
-    """The metrics protocol's step record (megalab.metrics parses it)."""
-    tflops = theory.flops_per_step(cfg) / step_time / cfg.gpus / 1e12  # model FLOPs: recomputation not counted
-    return {"kind": "step", "step": step, "loss": loss, "grad_norm": grad_norm, "lr": lr,
-            "step_time_s": step_time, "tokens_per_s": cfg.gbs * cfg.seq / step_time,
-            "tflops_per_gpu": tflops, "mfu": tflops / peak if peak else None,
-            "mem_allocated_peak_gib": mem[0], "mem_reserved_peak_gib": mem[1]}
-
-
 # -- main -----------------------------------------------------------------------------------------
 def main(argv=None) -> None:
     args = parse_args(argv)
@@ -462,7 +236,7 @@ def train(cfg, args, rank: int) -> None:
     startup["imports"] = since_launch()
     device = initialize_distributed(cfg, parallel, args.dry_run)
     startup["process_groups"] = since_launch()
-    _patch_moe_router_without_te(cfg)
+    patch_moe_router_without_te(cfg)
     chunks = build_chunks(cfg, config, args.dry_run)
     n_params = sum(p.numel() for c in chunks for p in c.parameters())
     per_rank = [int(n) for n in all_gather(n_params, device, "int64")]
@@ -534,6 +308,7 @@ def train(cfg, args, rank: int) -> None:
               "env": env.fingerprint()})
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
+
 
 if __name__ == "__main__":
     main()

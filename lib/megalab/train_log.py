@@ -1,0 +1,116 @@
+"""What the trainer reports, apart from the loop: the lines of the metrics protocol (megalab.metrics
+parses them), the collectives that gather their numbers from every rank, the profiler, the OOM test.
+
+    emit(budget(cfg, per_rank))                                          # before step 0, rank 0
+    loss, *mem = max_over_ranks(device, reduced_loss(losses))            # every step, all ranks
+    emit(step_line(cfg, step, loss, grad_norm, lr, step_time, mem, peak))  # rank 0
+
+torch is imported inside the functions: `import megalab.train` must not start it (nor CUDA).
+"""
+
+import json
+import math
+import os
+import sys
+
+from megalab import theory
+
+GIB = 2**30
+PROFILE_STEPS = (5, 8)  # profile steps 5, 6, 7
+
+
+# -- the protocol's lines -------------------------------------------------------------------------
+def emit(obj: dict) -> None:
+    """One metrics line, written in one call: ranks share the pipe and must not interleave."""
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def budget(cfg, params_per_rank: list[int]) -> dict:
+    """The line before step 0 (rank 0): the prediction (theory) that a chapter sets against the measurement."""
+    return {"kind": "budget", "layout": theory.layout(cfg), "world_size": cfg.gpus,
+            "params_total": theory.params(cfg)["total"], "params_per_rank": params_per_rank,
+            "tokens_per_step": cfg.gbs * cfg.seq, "predicted_mem_gib": theory.memory(cfg)["total"],
+            "num_microbatches": cfg.num_microbatches, "config": cfg.to_dict()}
+
+
+def step_line(cfg, step: int, loss, grad_norm, lr, step_time: float, mem: list, peak: float | None) -> dict:
+    """The metrics protocol's step record (megalab.metrics parses it)."""
+    tflops = theory.flops_per_step(cfg) / step_time / cfg.gpus / 1e12  # model FLOPs: recomputation not counted
+    return {"kind": "step", "step": step, "loss": loss, "grad_norm": grad_norm, "lr": lr,
+            "step_time_s": step_time, "tokens_per_s": cfg.gbs * cfg.seq / step_time,
+            "tflops_per_gpu": tflops, "mfu": tflops / peak if peak else None,
+            "mem_allocated_peak_gib": mem[0], "mem_reserved_peak_gib": mem[1]}
+
+
+# -- the numbers in them, from every rank (collectives: CPU-GPU sync points) ----------------------
+def all_gather(value: float, device, dtype="float64") -> list:
+    """value from every rank, in rank order (a CPU-GPU sync point)."""
+    import torch
+    dtype = getattr(torch, dtype)
+    out = [torch.zeros(1, dtype=dtype, device=device) for _ in range(torch.distributed.get_world_size())]
+    torch.distributed.all_gather(out, torch.tensor([value], dtype=dtype, device=device))
+    return [t.item() for t in out]
+
+
+def reduced_loss(losses: list) -> float | None:
+    """Mean lm loss per token over the global batch, as Megatron-LM's train_step: sums over dp*cp."""
+    import torch
+    from megatron.core import parallel_state as ps
+    if not ps.is_pipeline_last_stage(ignore_virtual=True):
+        return None
+    val = torch.vstack([x["lm loss"].view(-1) for x in losses]).sum(dim=0).float()
+    torch.distributed.all_reduce(val, group=ps.get_data_parallel_group(with_context_parallel=True))
+    return float(val[0] / val[1])
+
+
+def max_over_ranks(device, loss: float | None) -> list[float]:
+    """[loss, peak allocated GiB, peak reserved GiB], each the max over all ranks: one all-reduce (a
+    CPU-GPU sync point) brings the last stage's loss to rank 0, whichever node holds that stage."""
+    import torch
+    t = torch.tensor([-math.inf if loss is None else loss, torch.cuda.max_memory_allocated() / GIB,
+                      torch.cuda.max_memory_reserved() / GIB], dtype=torch.float64, device=device)
+    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+    return t.tolist()
+
+
+# -- this GPU's peak, the profiler, the OOM test --------------------------------------------------
+def peak_tflops() -> float | None:
+    """Dense bf16 peak of this GPU (megalab.hardware), None if the table does not know it."""
+    import torch
+    from megalab import hardware
+    try:
+        return hardware.gpu_spec(torch.cuda.get_device_name()).peak_bf16_tflops
+    except hardware.UnknownGPU:
+        return None
+
+
+def profiler(run_dir: str):
+    """torch.profiler over steps 5-7 (rank 0): trace_rank0.json, and profile.json with the kernel seconds
+    per step by category (nccl, gemm, attention, other) and the kernel timeline of the last profiled step
+    (megalab.metrics.kernel_timeline), which the record keeps: the book draws its figures from it."""
+    import torch
+    from megalab.metrics import kernel_seconds, kernel_timeline
+
+    def write(prof):
+        os.makedirs(run_dir, exist_ok=True)
+        trace_path = os.path.join(run_dir, "trace_rank0.json")
+        prof.export_chrome_trace(trace_path)
+        with open(trace_path) as f:
+            trace = json.load(f)
+        steps = list(range(*PROFILE_STEPS))
+        with open(os.path.join(run_dir, "profile.json"), "w") as f:
+            json.dump({"steps": steps, "kernel_s_per_step": kernel_seconds(trace, steps),
+                       "timeline": kernel_timeline(trace, steps[-1])}, f)
+
+    first, end = PROFILE_STEPS
+    return torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA],
+        schedule=torch.profiler.schedule(wait=first - 1, warmup=1, active=end - first, repeat=1),
+        on_trace_ready=write)
+
+
+def is_oom(e: BaseException) -> bool:
+    """Out of GPU memory: PyTorch's allocator, or a library that allocates its own workspace (cuBLAS)."""
+    import torch
+    return isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e) or "CUBLAS_STATUS_ALLOC_FAILED" in str(e)
