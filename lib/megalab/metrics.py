@@ -49,6 +49,8 @@ KINDS = ("budget", "step", "summary", "error", "params")
 WARMUP_STEPS = 3
 MEDIAN_FIELDS = ("step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu")
 PEAK_FIELDS = ("mem_allocated_peak_gib", "mem_reserved_peak_gib")
+# the max over steps too; present only where measured (train.ACTIVATIONS: the rank computing the loss)
+MEASURED_FIELDS = ("act_gib",)
 STATUSES = ("ok", "oom", "nccl_error", "timeout", "failed", "invalid")
 TRACEBACK_LINES = 15
 
@@ -121,7 +123,7 @@ def summarize(steps: list[dict]) -> dict:
     for name in MEDIAN_FIELDS:
         vals = _finite(s.get(name) for s in kept)
         out[name] = statistics.median(vals) if vals else None
-    for name in PEAK_FIELDS:
+    for name in PEAK_FIELDS + MEASURED_FIELDS:
         vals = _finite(s.get(name) for s in steps)
         out[name] = max(vals) if vals else None
     out["loss_first"] = steps[0].get("loss") if steps else None

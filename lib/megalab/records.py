@@ -20,7 +20,7 @@ SCHEMA = 1
 RUNS, BENCH, ERRATA = "runs.jsonl", "bench.jsonl", "errata.jsonl"
 SERIES_FIELDS = ("step", "loss", "step_time_s", "grad_norm")
 SUMMARY_FIELDS = ("step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "mem_allocated_peak_gib",
-                  "mem_reserved_peak_gib", "loss_first", "loss_last", "startup_s", "steps")
+                  "mem_reserved_peak_gib", "act_gib", "loss_first", "loss_last", "startup_s", "steps")
 ENV_FIELDS = ("gpu_name", "gpu_count", "gpu_mem_gib", "interconnect", "driver", "cuda", "torch",
               "megatron_core", "transformer_engine", "python", "hostname")
 

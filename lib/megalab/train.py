@@ -171,6 +171,11 @@ def get_data_iterator(cfg, device, n_chunks: int):
     return its if cfg.vpp > 1 else its[0]
 
 
+# Activation memory, measured: bytes allocated between the start of a step's first forward pass and its
+# loss, on the rank that computes the loss (pp = 1: every rank). Chapter 03 differences two depths.
+ACTIVATIONS: dict = {}
+
+
 # -- forward_step_func ----------------------------------------------------------------------------
 def loss_func(loss_mask, output_tensor):
     """Summed token loss, token count, and the pair for logging (pretrain_gpt.py's 3-tuple form).
@@ -179,6 +184,7 @@ def loss_func(loss_mask, output_tensor):
     (calculate_per_token_loss=False); DDP averages gradients over dp*cp.
     """
     import torch
+    ACTIVATIONS.setdefault("loss", torch.cuda.memory_allocated())  # the first micro-batch's forward is done
     losses = output_tensor.view(-1).float()
     mask = loss_mask.view(-1).float()
     loss = torch.sum(losses * mask)
@@ -188,10 +194,12 @@ def loss_func(loss_mask, output_tensor):
 
 def forward_step_func(data_iterator, model):
     """Next micro-batch (first/last stage) through the chunk; middle stages take the p2p input."""
+    import torch
     from megatron.core.utils import get_batch_on_this_cp_rank
     if data_iterator is None:
         return model(None, None, None), None  # not the last stage: the loss function is never called
     batch = get_batch_on_this_cp_rank(next(data_iterator))  # (b, s/cp): 2 of 2*cp sequence chunks
+    ACTIVATIONS.setdefault("start", torch.cuda.memory_allocated())  # host-side counter: no sync
     out = model(batch["tokens"], batch["position_ids"], None, labels=batch["labels"], loss_mask=batch["loss_mask"])
     return out, partial(loss_func, batch["loss_mask"])
 
@@ -278,6 +286,7 @@ def train(cfg, args, rank: int) -> None:
         for m in model:
             m.zero_grad_buffer()
         optimizer.zero_grad()
+        ACTIVATIONS.clear()
         losses = forward_backward_func(
             forward_step_func=forward_step_func, data_iterator=data_iterator, model=model,
             num_microbatches=cfg.num_microbatches, seq_length=cfg.seq, micro_batch_size=cfg.mbs,
@@ -291,7 +300,8 @@ def train(cfg, args, rank: int) -> None:
             startup_s = time.time() - _LAUNCH
             startup["first_step"] = round(startup_s, 2)
             after_first_step()
-        loss, *mem = max_over_ranks(device, reduced_loss(losses))  # reduced_loss: on the last stage only
+        act = ACTIVATIONS["loss"] - ACTIVATIONS["start"] if len(ACTIVATIONS) == 2 else None
+        loss, *mem = max_over_ranks(device, reduced_loss(losses), act)  # reduced_loss: on the last stage only
         if rank == 0:
             emit(step_line(cfg, step, loss, grad_norm, lr, step_time, mem, peak))
         if prof is not None:

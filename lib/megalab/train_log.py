@@ -40,7 +40,8 @@ def step_line(cfg, step: int, loss, grad_norm, lr, step_time: float, mem: list, 
     return {"kind": "step", "step": step, "loss": loss, "grad_norm": grad_norm, "lr": lr,
             "step_time_s": step_time, "tokens_per_s": cfg.gbs * cfg.seq / step_time,
             "tflops_per_gpu": tflops, "mfu": tflops / peak if peak else None,
-            "mem_allocated_peak_gib": mem[0], "mem_reserved_peak_gib": mem[1]}
+            "mem_allocated_peak_gib": mem[0], "mem_reserved_peak_gib": mem[1],
+            "act_gib": mem[2] if len(mem) > 2 and math.isfinite(mem[2]) else None}
 
 
 # -- the numbers in them, from every rank (collectives: CPU-GPU sync points) ----------------------
@@ -64,12 +65,13 @@ def reduced_loss(losses: list) -> float | None:
     return float(val[0] / val[1])
 
 
-def max_over_ranks(device, loss: float | None) -> list[float]:
-    """[loss, peak allocated GiB, peak reserved GiB], each the max over all ranks: one all-reduce (a
-    CPU-GPU sync point) brings the last stage's loss to rank 0, whichever node holds that stage."""
+def max_over_ranks(device, loss: float | None, act_bytes: int | None = None) -> list[float]:
+    """[loss, peak allocated GiB, peak reserved GiB, activation GiB], each the max over all ranks: one
+    all-reduce (a CPU-GPU sync point) brings the last stage's loss to rank 0, whichever node holds it."""
     import torch
     t = torch.tensor([-math.inf if loss is None else loss, torch.cuda.max_memory_allocated() / GIB,
-                      torch.cuda.max_memory_reserved() / GIB], dtype=torch.float64, device=device)
+                      torch.cuda.max_memory_reserved() / GIB, -math.inf if act_bytes is None else act_bytes / GIB],
+                     dtype=torch.float64, device=device)
     torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
     return t.tolist()
 
