@@ -60,6 +60,9 @@ PRESETS: dict[str, dict] = {
                       seq=2048, **_LLAMA, source="megalab one-GPU MoE: Mixtral-style, scaled down"),
     "olmoe-1b-7b": dict(layers=16, hidden=2048, heads=16, experts=64, topk=8, moe_ffn=1024, vocab=50304,
                         seq=4096, **_LLAMA, source="Muennighoff et al. 2024, OLMoE (1B active, 7B total)"),
+    "olmoe-like": dict(layers=16, hidden=1024, heads=16, experts=64, topk=8, moe_ffn=1024, vocab=50304, seq=4096,
+                       **_LLAMA, source="the seed tutorial's expert-parallel model: OLMoE-like (Muennighoff et al. "
+                                        "2024), hidden 1024, 16 layers, 64 experts top-8, expert FFN 1024"),
     "mixtral-8x7b": dict(layers=32, hidden=4096, heads=32, query_groups=8, ffn=14336, experts=8, topk=2,
                          moe_ffn=14336, vocab=32000, seq=4096, **_LLAMA,
                          source="Jiang et al. 2024, Mixtral of Experts, Table 1"),
