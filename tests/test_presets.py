@@ -19,7 +19,7 @@ LAYOUTS = {
     "llama3-1b": dict(gpus=4, cp=2, dp=None, gbs=8), "llama3-8b": dict(gpus=4, tp=4, sp=True, gbs=4),
     "llama3-70b": dict(gpus=32, tp=8, pp=4, vpp=5, sp=True, gbs=32, dist_opt=True),
     "moe-tiny": dict(gpus=4, ep=4, gbs=4), "moe-small": dict(gpus=4, ep=2, tp=2, sp=True, gbs=4),
-    "olmoe-1b-7b": dict(gpus=4, ep=4, gbs=4), "mixtral-8x7b": dict(gpus=16, tp=2, ep=8, sp=True, pp=2, gbs=8),
+    "olmoe-1b-7b": dict(gpus=4, ep=4, gbs=4), "olmoe-like": dict(gpus=2, ep=2, gbs=4), "mixtral-8x7b": dict(gpus=16, tp=2, ep=8, sp=True, pp=2, gbs=8),
 }
 
 # Published parameter counts: Shoeybi et al. 2019 Table 1; Korthikanti et al. 2022 Table 3;
