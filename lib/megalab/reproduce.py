@@ -12,7 +12,8 @@ extension (listed in `_config.yml`): when Sphinx reads `book/X.ipynb` it substit
 `_build/executed/book/X.ipynb` and records it as a dependency, so the page shows the executed outputs
 and is rebuilt when the executed copy changes. A notebook with no executed copy is a warning (an
 error under -W) telling you to run `megalab reproduce`. The same extension loads plotly.js once per
-page from the installed plotly package, so the HTML works offline (see `megalab.charts`).
+page from the installed plotly package, and MathJax from `.mathjax/` (fetched by tools/mathjax-setup.sh;
+`mathjax_path` in _config.yml points at the copy), so the HTML works offline (see `megalab.charts`).
 
 Modes. `cached` runs the notebooks with mode="cached" (recorded results only). `live` runs them
 with mode="auto": a configuration already recorded on this GPU model is read back, anything else runs
@@ -266,6 +267,20 @@ def _copy_plotly_js(app, exception) -> None:
         shutil.copyfile(js, Path(app.outdir) / "_static" / "plotly.min.js")
 
 
+def _copy_mathjax(app, exception) -> None:
+    """.mathjax/ (tools/mathjax-setup.sh) -> _static/mathjax/, where _config.yml's mathjax_path points."""
+    if exception is not None or app.builder.format != "html":
+        return
+    import shutil
+    src = Path(app.srcdir) / app.config.megalab_mathjax_dir
+    if not (src / "tex-chtml.js").exists():
+        from sphinx.util import logging
+        logging.getLogger(__name__).warning(
+            f"no MathJax in {src}: run tools/mathjax-setup.sh (make setup does), or formulas show as TeX")
+        return
+    shutil.copytree(src, Path(app.outdir) / "_static" / "mathjax", dirs_exist_ok=True)
+
+
 def _dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
     # jupyter-book 1.0.4 on Sphinx 7.4 lists some scripts twice (at two priorities); the inline
     # `const THEBE_JS_URL = ...` then throws "Identifier 'THEBE_JS_URL' has already been declared"
@@ -281,9 +296,11 @@ def _dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
 def setup(app):
     """Sphinx entry point (`sphinx: extra_extensions: [megalab.reproduce]` in _config.yml)."""
     app.add_config_value("megalab_executed_dir", OUT_DIR, "env")
+    app.add_config_value("megalab_mathjax_dir", ".mathjax", "env")
     app.connect("source-read", _source_read)
     app.add_js_file("plotly.min.js", priority=200)   # before the pages' inline figure scripts
     app.connect("build-finished", _copy_plotly_js)
+    app.connect("build-finished", _copy_mathjax)
     app.connect("html-page-context", _dedupe_scripts)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
 
