@@ -87,16 +87,22 @@ def _fake_papermill(monkeypatch, then):
     monkeypatch.setattr(papermill, "execute_notebook", execute_notebook)
 
 
-def test_ctrl_c_keeps_the_previous_copy_and_reports(tmp_path, monkeypatch, capsys):
+def _previous_copy(tmp_path, monkeypatch, notebook, error):
+    """A book whose `notebook` has an executed copy reading "previous", and a papermill that raises `error`."""
     monkeypatch.setenv("MEGALAB_RESULTS", str(tmp_path / "results"))
     root = _book(tmp_path)
-    dst = reproduce.executed_path("book/00_know_your_machine/know.ipynb", root)
+    dst = reproduce.executed_path(notebook, root)
     dst.parent.mkdir(parents=True)
     dst.write_text("previous")
 
-    def interrupt():
-        raise KeyboardInterrupt
-    _fake_papermill(monkeypatch, interrupt)
+    def end():
+        raise error
+    _fake_papermill(monkeypatch, end)
+    return root, dst
+
+
+def test_ctrl_c_keeps_the_previous_copy_and_reports(tmp_path, monkeypatch, capsys):
+    root, dst = _previous_copy(tmp_path, monkeypatch, "book/00_know_your_machine/know.ipynb", KeyboardInterrupt)
     assert reproduce.reproduce(None, mode="cached", root=root, force=True) == 130
     captured = capsys.readouterr()
     assert "INTERRUPTED" in captured.out and "not run" in captured.out    # the summary table
@@ -105,15 +111,7 @@ def test_ctrl_c_keeps_the_previous_copy_and_reports(tmp_path, monkeypatch, capsy
 
 
 def test_a_failed_run_never_replaces_the_executed_copy(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("MEGALAB_RESULTS", str(tmp_path / "results"))
-    root = _book(tmp_path)
-    dst = reproduce.executed_path("book/planner.ipynb", root)
-    dst.parent.mkdir(parents=True)
-    dst.write_text("previous")
-
-    def fail():
-        raise RuntimeError("cell 3 raised")
-    _fake_papermill(monkeypatch, fail)
+    root, dst = _previous_copy(tmp_path, monkeypatch, "book/planner.ipynb", RuntimeError("cell 3 raised"))
     assert reproduce.reproduce(["planner"], mode="cached", root=root) == 1
     assert "planner.failed.ipynb" in capsys.readouterr().out
     assert dst.read_text() == "previous" and reproduce.failed_path(dst).exists()

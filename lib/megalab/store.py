@@ -188,19 +188,23 @@ def _read_locked(path: Path) -> bytes:
         return path.read_bytes()
 
 
+def _lines(data: bytes):
+    """(line number, parsed JSON or None, why it is not JSON or None) for each non-blank line."""
+    for n, line in enumerate(data.split(b"\n"), start=1):
+        if line.strip():
+            try:
+                yield n, json.loads(line), None
+            except ValueError as exc:
+                yield n, None, getattr(exc, "msg", str(exc))
+
+
 def _read(path: Path, warn: bool = True, lock: bool = False) -> list[dict]:
     try:
         data = _read_locked(path) if lock else path.read_bytes()
     except FileNotFoundError:
         return []
     out, bad = [], []
-    for n, line in enumerate(data.split(b"\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            obj = None
+    for n, obj, _ in _lines(data):
         if isinstance(obj, dict):
             out.append(obj)
         else:
@@ -222,13 +226,9 @@ def _read_strict(path: Path) -> list[dict]:
     except OSError as exc:
         raise ImportRefused(f"{path}: cannot be read ({exc.strerror}): pass a JSON Lines file") from None
     out, reasons = [], []
-    for n, line in enumerate(data.split(b"\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError as exc:
-            reasons.append(f"{path}:{n}: not JSON ({exc.msg}): a torn or hand-edited line")
+    for n, obj, error in _lines(data):
+        if error:
+            reasons.append(f"{path}:{n}: not JSON ({error}): a torn or hand-edited line")
             continue
         reasons += [f"{path}:{n}: {p}" for p in record_problems(obj)]
         out.append(obj)
