@@ -17,7 +17,6 @@ Each collective's result is checked numerically once per size (``correct`` in th
 """
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import subprocess
