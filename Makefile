@@ -21,9 +21,11 @@ test: setup
 	tools/browser-setup.sh
 	$(VENV)/python tools/check_html.py _build/html
 
-## lab: JupyterLab on the book, with the megalab kernel and widgets
+## lab: JupyterLab on the book, with the megalab kernel and widgets; on this machine only (127.0.0.1),
+## and as root too (containers and GPU hosts often log in as root; jupyter refuses root without --allow-root)
+LAB_FLAGS := --ServerApp.ip=127.0.0.1 $(if $(filter 0,$(shell id -u)),--allow-root)
 lab: setup
-	$(VENV)/jupyter lab book/
+	$(VENV)/jupyter lab book/ $(LAB_FLAGS)
 
 ## reproduce: run every chapter live on this machine's GPUs (records what is missing), then build
 reproduce: setup

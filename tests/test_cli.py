@@ -1,6 +1,9 @@
 """cli.py: `megalab ...` exit codes and output, called in-process through main([...])."""
 
+import argparse
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -114,6 +117,8 @@ def test_slurm(capsys):
 
 def test_lazy_subcommands_are_dispatched(monkeypatch, capsys):
     import types
+
+    import megalab.bench  # noqa: F401  (so that the fakes below are undone to the real modules)
     calls = {}
     monkeypatch.setitem(sys.modules, "megalab.reproduce", types.SimpleNamespace(
         reproduce=lambda chapters, mode, gpus, force: calls.setdefault("reproduce", (chapters, mode, gpus, force))
@@ -147,3 +152,85 @@ def test_run_dry_run_on_cpu(store, tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith(tiny.label) and len([ln for ln in out if ln.strip()[:1].isdigit()]) == 2
     assert store.load() == []  # a dry run is not a measurement
+
+
+# -- every mistake in tests/data/bad_inputs.py: exit 2, one short reason up front, no traceback ---------
+def _table():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("bad_inputs", Path(__file__).parent / "data" / "bad_inputs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+BAD = _table()
+
+
+def _write_files(folder: Path) -> None:
+    from run_records import record
+    for name, body in BAD.FILES.items():
+        if isinstance(body, tuple):
+            changes = dict(body[1])
+            bad = record()
+            bad["config"] = {**bad["config"], **changes.pop("config", {})}
+            bad.update(changes)
+            body = "".join(json.dumps(r) + "\n" for r in (record(), bad, record(status="oom")))
+        (folder / name).write_text(body)
+
+
+def test_the_table_of_bad_inputs_is_long_and_has_no_repeats():
+    argvs = [tuple(argv) for argv, _ in BAD.BAD_INPUTS]
+    assert len(argvs) >= 40 and len(set(argvs)) == len(argvs)
+
+
+@pytest.mark.parametrize("argv, reason", BAD.BAD_INPUTS, ids=lambda v: " ".join(v) if isinstance(v, list) else "")
+def test_a_mistake_ends_in_exit_2_with_its_reason_up_front(argv, reason, store, tmp_path, capsys):
+    _write_files(tmp_path)
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "usage:" not in err
+    head = err.splitlines()[:3]                       # the reason comes first, not the usage
+    assert head and head[0].startswith("megalab"), err
+    assert re.search(reason, "\n".join(head)), err
+    assert len(err.splitlines()) <= 4 and len(err) < 600, err
+    assert not store.path().exists()                  # a refused import wrote nothing
+
+
+def test_mistakes_in_a_real_process_print_no_traceback(tmp_path):
+    for argv in (["plan", "--tp", "two"], ["experiments", "ch99"], ["results", "--import", str(tmp_path / "x")]):
+        done = subprocess.run([sys.executable, "-m", "megalab", *argv], capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": str(Path(cli.__file__).parents[1])})
+        assert done.returncode == 2 and "Traceback" not in done.stderr and done.stderr.startswith("megalab")
+
+
+def test_version_presets_and_chapters(capsys):
+    from megalab import __version__, presets
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["--version"])
+    assert capsys.readouterr().out.strip() == f"megalab {__version__}"
+    assert cli.main(["--version"]) == 0
+    assert cli.main(["presets"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in presets.names()) and "Shoeybi" in out
+    assert cli.main(["presets", "--json"]) == 0
+    assert [r["preset"] for r in json.loads(capsys.readouterr().out)] == presets.names()
+    assert cli.main(["chapters"]) == 0
+    out = capsys.readouterr().out
+    assert "ch01  01_data_parallel" in out and "planner" in out
+
+
+def test_every_option_has_help():
+    parser = cli.build_parser()
+    for name, sub in parser.commands.items():
+        for action in sub._actions:
+            if not isinstance(action, argparse._HelpAction):
+                assert action.help, f"megalab {name} {action.option_strings or action.dest} has no help"
+
+
+def test_experiments_take_every_spelling_of_a_chapter(capsys):
+    outputs = []
+    for name in ("ch01", "01", "1", "01_data_parallel", "data_parallel"):
+        assert cli.main(["experiments", name]) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] and all(out == outputs[0] for out in outputs)

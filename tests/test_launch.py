@@ -178,3 +178,25 @@ def test_a_dataset_with_more_token_ids_than_the_vocab_is_refused_before_launch(t
     _check_data(cfg.replace(vocab=128256))  # fits: no error
     with pytest.raises(InvalidLayout, match="not found"):
         _check_data(cfg.replace(data=str(tmp_path / "missing")))
+
+
+def test_slurm_script_quotes_every_value_and_refuses_shell_words():
+    cfg = CFG.replace(gpus=2, tp=2, data="/data/my corpus")
+    text = launch.slurm_script(cfg, nodes=1, partition="gpu", account="lab", time="1-00:00:00")
+    assert "--data '/data/my corpus'" in text
+    assert f"run_dir=runs/{cfg.label}-\"$SLURM_JOB_ID\"" in text
+    for bad in ({"partition": "gpu\nrm -rf ~"}, {"account": "a;b"}, {"time": "$(reboot)"}):
+        with pytest.raises(launch.InvalidSlurmOption, match="cannot stand in an sbatch script"):
+            launch.slurm_script(cfg, nodes=1, **bad)
+    with pytest.raises(launch.InvalidLayout, match="cannot name a run folder"):
+        launch.slurm_script(cfg.replace(name="x/../../y"), nodes=1)
+
+
+@pytest.mark.parametrize("name", ["../up", ".hidden", "a/b", "a b", "x$(id)", "a..b", "", "tab\there"])
+def test_a_run_name_outside_the_safe_set_is_refused(name):
+    assert any("cannot name a run folder" in p for p in CFG.replace(name=name).problems())
+
+
+def test_safe_run_names_pass():
+    for name in ("gpt-1.2b", "llama3_8b", "custom", "A.b-c_9"):
+        assert not any("name=" in p for p in CFG.replace(name=name).problems())

@@ -63,3 +63,56 @@ def test_html_only_drops_plotly_mime_beside_html():
     nb = {"cells": [{"outputs": [{"data": {mime: {}, "text/html": "<div>"}}, {"data": {mime: {}}}]}]}
     outs = reproduce._html_only(nb)["cells"][0]["outputs"]
     assert list(outs[0]["data"]) == ["text/html"] and list(outs[1]["data"]) == [mime]
+
+
+def test_chapters_by_any_of_their_names(tmp_path):
+    root = _book(tmp_path)
+    (root / "book" / "01_data_parallel").mkdir()
+    nbformat.write(nbformat.v4.new_notebook(), root / "book" / "01_data_parallel" / "data_parallel.ipynb")
+    (root / "_toc.yml").write_text((root / "_toc.yml").read_text() + "  - file: book/01_data_parallel/data_parallel\n")
+    want = [Path("book/01_data_parallel/data_parallel.ipynb")]
+    for name in ("ch01", "01", "1", "01_data_parallel", "data_parallel"):
+        assert reproduce.notebooks([name], root=root) == want, name
+    with pytest.raises(reproduce.UnknownNotebook, match="no page of the book matches 'ch09'"):
+        reproduce.notebooks(["ch09"], root=root)
+
+
+def _fake_papermill(monkeypatch, then):
+    """papermill as it behaves: the output file is written cell by cell; `then` ends the run."""
+    import papermill
+
+    def execute_notebook(src, out, **kw):
+        Path(out).write_text('{"half": "executed"}')
+        then()
+    monkeypatch.setattr(papermill, "execute_notebook", execute_notebook)
+
+
+def _previous_copy(tmp_path, monkeypatch, notebook, error):
+    """A book whose `notebook` has an executed copy reading "previous", and a papermill that raises `error`."""
+    monkeypatch.setenv("MEGALAB_RESULTS", str(tmp_path / "results"))
+    root = _book(tmp_path)
+    dst = reproduce.executed_path(notebook, root)
+    dst.parent.mkdir(parents=True)
+    dst.write_text("previous")
+
+    def end():
+        raise error
+    _fake_papermill(monkeypatch, end)
+    return root, dst
+
+
+def test_ctrl_c_keeps_the_previous_copy_and_reports(tmp_path, monkeypatch, capsys):
+    root, dst = _previous_copy(tmp_path, monkeypatch, "book/00_know_your_machine/know.ipynb", KeyboardInterrupt)
+    assert reproduce.reproduce(None, mode="cached", root=root, force=True) == 130
+    captured = capsys.readouterr()
+    assert "INTERRUPTED" in captured.out and "not run" in captured.out    # the summary table
+    assert "interrupted" in captured.err and "Traceback" not in captured.err
+    assert sorted(p.name for p in dst.parent.iterdir()) == ["know.ipynb"] and dst.read_text() == "previous"
+
+
+def test_a_failed_run_never_replaces_the_executed_copy(tmp_path, monkeypatch, capsys):
+    root, dst = _previous_copy(tmp_path, monkeypatch, "book/planner.ipynb", RuntimeError("cell 3 raised"))
+    assert reproduce.reproduce(["planner"], mode="cached", root=root) == 1
+    assert "planner.failed.ipynb" in capsys.readouterr().out
+    assert dst.read_text() == "previous" and reproduce.failed_path(dst).exists()
+    assert sorted(p.name for p in dst.parent.iterdir() if p.is_file()) == ["planner.failed.ipynb", "planner.ipynb"]

@@ -138,12 +138,15 @@ def test_kill_9_mid_write(tmp_path):
 
 
 # -- import ----------------------------------------------------------------------------------------
+_BENCH = {"schema": 1, "kind": "bench", "bench": "nccl", "env": {}, "recorded_at": "2025-01-01T00:00:00Z"}
+
+
 def test_import_twice_adds_nothing_new(tmp_path):
     other = Store(tmp_path / "host")
     a, b = other.append(_record()), other.append(_record(status="oom"))
-    other.append({"kind": "bench", "name": "nccl"})
+    other.append(_BENCH)
     with open(other.path(), "a") as f:
-        f.write(json.dumps({"status": "ok", "label": "no id"}) + "\n")
+        f.write(json.dumps({k: v for k, v in _record(status="failed").items() if k != "id"}) + "\n")
     mine = Store(tmp_path / "mine")
     mine.append(a)  # already present: must not be duplicated or overwritten
     assert mine.import_records(other.path()) == 2
@@ -152,6 +155,53 @@ def test_import_twice_adds_nothing_new(tmp_path):
     assert mine.import_records(other.path("bench")) == 0
     ids = [r["id"] for r in mine.load()]
     assert len(ids) == len(set(ids)) == 3 and {a["id"], b["id"]} <= set(ids)
+
+
+def _lines(path, *records):
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records))
+    return path
+
+
+@pytest.mark.parametrize("bad, reason", [
+    ("{not json", r"not JSON"),
+    (json.dumps([1, 2]), r"JSON object"),
+    ({"status": "ok", "label": "no id"}, r"field 'schema' is missing"),
+    ({**_record(), "schema": 2}, r"schema=2"),
+    ({**_record(), "status": "great"}, r"status='great'"),
+    ({**_record(), "tags": "t"}, r"'tags' should be a list"),
+    ({**_record(), "summary": None}, r"'summary' should be an object"),
+    ({**_record(), "key": "0" * 16}, r"is not its config's key"),
+    ({**_record(), "config": {**_record()["config"], "wings": 2}}, r"unknown RunConfig field"),
+    ({**_record(), "config": {**_record()["config"], "tp": "2"}}, r"'tp' should be int"),
+    ({**_record(), "config": {**_record()["config"], "name": "../../etc"}}, r"name='../../etc'"),
+    ({**_BENCH, "env": "H200"}, r"'env' should be an object"),
+])
+def test_import_refuses_the_whole_file_with_file_line_reasons(tmp_path, bad, reason):
+    from megalab.store import ImportRefused
+    src = _lines(tmp_path / "in.jsonl", _record(), bad, _record(status="oom"))
+    mine = Store(tmp_path / "mine")
+    with pytest.raises(ImportRefused, match=reason) as err:
+        mine.import_records(src)
+    assert str(err.value).startswith(f"{src}:2: ")
+    assert not mine.path().exists() and not mine.path("bench").exists()   # nothing imported
+
+
+def test_import_of_a_missing_or_empty_file_is_refused(tmp_path):
+    from megalab.store import ImportRefused
+    with pytest.raises(ImportRefused, match="no such file"):
+        Store(tmp_path).import_records(tmp_path / "nope.jsonl")
+    with pytest.raises(ImportRefused, match="holds no records"):
+        Store(tmp_path).import_records(_lines(tmp_path / "empty.jsonl", ""))
+
+
+def test_every_committed_record_passes_the_import_check():
+    from pathlib import Path
+
+    from megalab.records import record_problems
+    root = Path(__file__).resolve().parents[1] / "results"
+    for name in ("runs.jsonl", "bench.jsonl"):
+        for n, line in enumerate((root / name).read_text().splitlines(), 1):
+            assert record_problems(json.loads(line)) == [], f"{name}:{n}"
 
 
 # -- find / filters / frame ------------------------------------------------------------------------

@@ -3,8 +3,10 @@
 
     python tools/check_html.py _build/html
 
-For each page: every plotly figure div is drawn (`.js-plotly-plot .main-svg`), no cell output shows
-an error (stderr, a traceback, an `...Error:` line), and no script throws. Pages are served from a
+For each page: every plotly figure div is drawn (`.js-plotly-plot .main-svg`), every formula is
+typeset by MathJax (each Sphinx `.math` element holds an `mjx-container`, no TeX such as `\(` or `$$`
+is left in the visible text, no MathJax error), no cell output shows an error (stderr, a traceback,
+an `...Error:` line), and no script throws. Pages are served from a
 local http.server; every request to another host is aborted, as in CI, so a figure that needs the
 network fails here. Chromium is Debian's (`tools/browser-setup.sh`), driven by Playwright (the pip
 package; no `playwright install`). Exits 1 with one line per problem, 0 when every page passes.
@@ -24,6 +26,12 @@ CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SKIP = {"genindex.html", "search.html", "index.html", "py-modindex.html"}
+# TeX a reader should never see: math delimiters, or a command MathJax would have typeset
+RAW_TEX = re.compile(r"\\\(|\\\)|\\\[|\\\]|\$\$|\\(frac|sqrt|mathrm|cdot|times|text|sum|left|right)\b")
+# the page's visible text, less code (where TeX-like text is legitimate) and MathJax's own output
+VISIBLE_TEXT_JS = """() => { const body = document.body.cloneNode(true);
+  body.querySelectorAll('pre, code, script, style, mjx-container, .highlight').forEach(e => e.remove());
+  return body.textContent; }"""
 ERROR_TEXT = re.compile(r"Traceback \(most recent call last\)|^\w*(Error|Exception): ", re.M)
 
 
@@ -45,6 +53,39 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+def unrendered_tex(text: str) -> str | None:
+    """The first piece of TeX left in a page's visible text (with some context), or None."""
+    m = RAW_TEX.search(text)
+    return None if m is None else " ".join(text[max(0, m.start() - 30):m.end() + 30].split())
+
+
+def math_problems(formulas: int, typeset: int, errors: int, visible_text: str) -> list[str]:
+    """What is wrong with a page's math: formulas Sphinx emitted vs. those MathJax typeset, MathJax's
+    errors, TeX left in the visible text."""
+    out = []
+    if typeset < formulas:
+        out.append(f"{formulas - typeset} of {formulas} formulas not typeset (is MathJax loaded from "
+                   f"_static/mathjax? run tools/mathjax-setup.sh)")
+    if errors:
+        out.append(f"{errors} formula(s) MathJax could not typeset")
+    tex = unrendered_tex(visible_text)
+    if tex:
+        out.append(f"unrendered TeX in the page: {tex!r}")
+    return out
+
+
+def _check_math(page, timeout_ms: int) -> list[str]:
+    formulas = page.locator(".math").count()   # Sphinx wraps each formula: span.math, div.math
+    if formulas:
+        try:
+            page.wait_for_function("n => document.querySelectorAll('.math mjx-container').length >= n",
+                                   arg=formulas, timeout=timeout_ms)
+        except Exception:
+            pass  # counted below
+    typeset = page.locator(".math:has(mjx-container)").count()
+    return math_problems(formulas, typeset, page.locator("mjx-merror").count(), page.evaluate(VISIBLE_TEXT_JS))
+
+
 def check_page(page, url: str, timeout_ms: int) -> tuple[int, int, list[str]]:
     """(figures drawn, figure divs, problems) for one page."""
     problems: list[str] = []
@@ -63,6 +104,7 @@ def check_page(page, url: str, timeout_ms: int) -> tuple[int, int, list[str]]:
     if drawn < total:
         problems.append(f"{total - drawn} of {total} plotly figures not drawn "
                         f"(is plotly.js loaded? did the notebook call charts.setup_notebook()?)")
+    problems += _check_math(page, timeout_ms)
     if page.locator(".output.stderr, .output.traceback, .output.error").count():
         problems.append("a cell output shows stderr or a traceback")
     for text in page.locator(".cell_output").all_inner_texts():

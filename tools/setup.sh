@@ -12,6 +12,7 @@ if [ ! -x .venv/bin/python ]; then
     echo "setup: '$PY -m venv' failed: install the venv module (Debian/Ubuntu: apt install python3-venv)" >&2; exit 1; }
 fi
 . .venv/bin/activate
+tools/mathjax-setup.sh   # MathJax for the HTML book, served from _static (offline like plotly.js)
 stamp=.venv/.megalab-setup
 if [ -f "$stamp" ] && [ "$stamp" -nt pyproject.toml ] && python -c "import megalab, torch, megatron.core" 2>/dev/null; then
   exit 0

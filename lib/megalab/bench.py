@@ -17,7 +17,6 @@ Each collective's result is checked numerically once per size (``correct`` in th
 """
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import subprocess
@@ -173,8 +172,9 @@ def best_bus_bandwidth(op: str = "all_reduce", gpus: int = 4, size_bytes: float 
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="megalab bench", description=__doc__.splitlines()[0])
-    p.add_argument("--gpus", type=int, default=None, help="GPUs to use (default: all visible)")
+    from megalab.usage import Parser, positive_int
+    p = Parser(prog="megalab bench", description=__doc__.splitlines()[0])
+    p.add_argument("--gpus", type=positive_int, default=None, help="GPUs to use (default: all visible)")
     args = p.parse_args(argv)
     if "LOCAL_RANK" not in os.environ:  # not under torchrun yet: relaunch ourselves, one process per GPU
         import torch

@@ -4,11 +4,14 @@
     megalab run  --preset gpt-1.2b --gpus 4 --tp 2 --pp 2 --mbs 4 --gbs 16 --mode live
     megalab run  ... --dry-run            build the model shards on CPU (gloo), print parameters per rank
     megalab results --label tp2 [--json] [--import other/runs.jsonl]
-    megalab env | fit | parity | slurm | prepare-data | reproduce | bench
+    megalab presets | chapters                 what the flags --preset and the chapter names can be
+    megalab env | fit | parity | experiments | slurm | prepare-data | reproduce | bench
+    megalab --version
 
 Exit codes: 0 done; 1 the run was recorded but did not finish ok (oom, failed, ...);
-2 the configuration cannot run here (invalid layout, not enough GPUs) or bad arguments;
-3 no recorded result and no way to measure one (the message gives the command).
+2 the configuration cannot run here (invalid layout, not enough GPUs) or bad arguments (one line
+saying what to change, never a traceback); 3 no recorded result and no way to measure one (the
+message gives the command); 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -16,9 +19,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
-EXIT_OK, EXIT_RUN_FAILED, EXIT_INVALID, EXIT_NOT_RECORDED = 0, 1, 2, 3
+from megalab import usage
+
+EXIT_OK, EXIT_RUN_FAILED, EXIT_INVALID, EXIT_NOT_RECORDED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 MODES = ("live", "cached", "auto")
+
+
+class BadArgument(ValueError):
+    """An argument names something that is not there, or two arguments disagree; the message says which."""
 
 
 def _fmt(v) -> str:
@@ -71,6 +81,7 @@ def cmd_run(ns) -> int:
         return _dry_run(cfg, ns)
     from megalab.results import run
     launch_kw = {}
+    _check_nodes(cfg, ns)
     if ns.nnodes > 1:
         launch_kw.update(nnodes=ns.nnodes, node_rank=ns.node_rank, rdzv_endpoint=ns.rdzv_endpoint)
     result = run(cfg, mode=ns.mode, tags=ns.tag, timeout_s=ns.timeout, progress=not ns.json, quiet=ns.json,
@@ -84,6 +95,15 @@ def cmd_run(ns) -> int:
         shown["run_dir"] = result.record.get("run_dir")
         print(_table(shown))
     return EXIT_OK if result.ok else EXIT_RUN_FAILED
+
+
+def _check_nodes(cfg, ns) -> None:
+    if ns.node_rank >= ns.nnodes:
+        raise BadArgument(f"--node-rank {ns.node_rank} with --nnodes {ns.nnodes}: ranks go from 0 to {ns.nnodes - 1}")
+    if ns.nnodes > 1 and not ns.rdzv_endpoint:
+        raise BadArgument(f"--nnodes {ns.nnodes} needs --rdzv-endpoint host:port of node 0")
+    if cfg.gpus % ns.nnodes:
+        raise BadArgument(f"gpus={cfg.gpus} does not split over --nnodes {ns.nnodes}: make gpus a multiple of it")
 
 
 def _dry_run(cfg, ns) -> int:
@@ -118,6 +138,8 @@ _RESULT_COLUMNS = ["label", "status", "step_time_s", "tflops_per_gpu", "mfu", "m
 
 def cmd_results(ns) -> int:
     from megalab import results
+    if ns.store and not Path(ns.store).is_dir():
+        raise BadArgument(f"--store {ns.store}: no such folder: pass a results folder (one holding runs.jsonl)")
     store = results.Store(ns.store)
     if ns.import_file:
         before = len(store.load()) + len(store.load("bench"))
@@ -150,6 +172,8 @@ def cmd_env(ns) -> int:
 
 def cmd_fit(ns) -> int:
     from megalab.sweep import fit
+    if ns.lo > ns.hi:
+        raise BadArgument(f"--lo {ns.lo} is above --hi {ns.hi}: pass lo <= hi")
     out = fit(_config(ns), vary=ns.vary, lo=ns.lo, hi=ns.hi, mode=ns.mode, step=ns.step, timeout_s=ns.timeout,
               tags=ns.tag)
     print(out.table.to_string(index=False))
@@ -169,6 +193,45 @@ def cmd_experiments(ns) -> int:
     from megalab.recording import plan
     for line in plan(ns.chapter, gpus=ns.gpus, gpu=ns.gpu, missing_only=ns.missing, pending=ns.pending):
         print(line)
+    return EXIT_OK
+
+
+def cmd_presets(ns) -> int:
+    from megalab import presets, theory
+    rows = []
+    for name in presets.names():
+        cfg = presets.get(name)
+        rows.append({"preset": name, "params": theory.params(cfg)["total"], "layers": cfg.layers,
+                     "hidden": cfg.hidden, "heads": cfg.heads, "seq": cfg.seq, "experts": cfg.experts,
+                     "source": presets.source(name)})
+    if ns.json:
+        print(_json(rows))
+        return EXIT_OK
+    print(f"{'preset':<14}{'params':>9}{'layers':>7}{'hidden':>7}{'heads':>6}{'seq':>6}{'experts':>8}  source")
+    for r in rows:
+        print(f"{r['preset']:<14}{_si(r['params']):>9}{r['layers']:>7}{r['hidden']:>7}{r['heads']:>6}{r['seq']:>6}"
+              f"{r['experts']:>8}  {r['source']}")
+    return EXIT_OK
+
+
+def _si(n: float) -> str:
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g}{unit}"
+    return str(n)
+
+
+def cmd_chapters(ns) -> int:
+    from megalab import chapters
+    from megalab.reproduce import notebooks
+    print("chapters (megalab experiments NAME, megalab reproduce NAME; also as 01, 1 or data_parallel):")
+    for key, module in chapters.CHAPTERS.items():
+        print(f"  {key}  {module.__name__.rsplit('.', 1)[1][2:]}")
+    print("other pages (megalab reproduce NAME):")
+    for page in notebooks():
+        name = page.parent.name if page.parent.name != "book" else page.stem
+        if name[:2] not in {key[2:] for key in chapters.CHAPTERS}:
+            print(f"  {name}")
     return EXIT_OK
 
 
@@ -194,17 +257,37 @@ def cmd_reproduce(ns) -> int:
 
 def cmd_bench(ns) -> int:
     from megalab import bench
-    return int(bench.main(ns.args) or 0)
+    try:
+        return int(bench.main(ns.args) or 0)
+    except SystemExit as e:  # its own parser: --help (0) or a usage error (2)
+        return int(e.code or 0)
 
 
 # -- parser ----------------------------------------------------------------------------------------
+def _gpu_model(text: str) -> str:
+    """A GPU model megalab.hardware knows ("H200", "NVIDIA H100 80GB HBM3"), as its table key."""
+    from megalab.hardware import UnknownGPU, gpu_spec
+    try:
+        return gpu_spec(text).name
+    except UnknownGPU as exc:
+        raise argparse.ArgumentTypeError(str(exc).split("; ")[0]) from None
+
+
+def _version() -> str:
+    from megalab import __version__
+    return f"megalab {__version__}"
+
+
 def build_parser() -> argparse.ArgumentParser:
     from megalab.flags import add_config_args
     from megalab.launch import DEFAULT_TIMEOUT_S
+    from megalab.metrics import STATUSES
 
-    p = argparse.ArgumentParser(prog="megalab", description="Train LLMs across GPUs with Megatron Core: "
-                                "predict, run, record, compare.")
+    p = usage.Parser(prog="megalab", description="Train LLMs across GPUs with Megatron Core: "
+                     "predict, run, record, compare.")
+    p.add_argument("--version", action="version", version=_version(), help="print megalab's version and exit")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    p.commands = sub.choices  # name -> its parser, to blame a stray argument on the right one
 
     def cmd(name, func, help, config=False):
         s = sub.add_parser(name, help=help, description=help)
@@ -213,106 +296,157 @@ def build_parser() -> argparse.ArgumentParser:
             add_config_args(s)
         return s
 
+    def modes(s, default="auto"):
+        s.add_argument("--mode", choices=MODES, default=default,
+                       help=f"live runs on this machine's GPUs, cached reads results/, auto picks (default {default})")
+
+    def timeout(s):
+        s.add_argument("--timeout", type=usage.seconds, default=DEFAULT_TIMEOUT_S,
+                       help=f"seconds before a run is stopped and recorded as a timeout (default {DEFAULT_TIMEOUT_S})")
+
+    def tags(s, what):
+        s.add_argument("--tag", action="append", default=[], help=f"tag stored with {what} (repeatable)")
+
     s = cmd("plan", cmd_plan, "predict parameters, memory, FLOPs, bubble and traffic of a configuration", True)
-    s.add_argument("--gpu", default="H200", help="GPU model to predict for (default H200)")
+    s.add_argument("--gpu", type=_gpu_model, default="H200", help="GPU model to predict for (default H200)")
     s.add_argument("--json", action="store_true", help="print JSON")
 
     s = cmd("run", cmd_run, "run a configuration (live), or read its recorded result (cached)", True)
-    s.add_argument("--mode", choices=MODES, default="auto", help="live | cached | auto (default)")
+    modes(s)
     s.add_argument("--dry-run", action="store_true", help="build the model on CPU (gloo), print parameters per rank")
-    s.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds before the run is stopped")
-    s.add_argument("--tag", action="append", default=[], help="tag stored with the record (repeatable)")
+    timeout(s)
+    tags(s, "the record")
     s.add_argument("--json", action="store_true", help="print the record as JSON")
     s.add_argument("--profile", action="store_true", help="torch.profiler trace of steps 5-7 into the run folder")
-    s.add_argument("--nnodes", type=int, default=1, help="nodes taking part (multi-node: run once per node)")
-    s.add_argument("--node-rank", type=int, default=0, help="this node's rank (node 0 records the result)")
+    s.add_argument("--nnodes", type=usage.positive_int, default=1,
+                   help="nodes taking part (multi-node: run once per node)")
+    s.add_argument("--node-rank", type=usage.count, default=0, help="this node's rank (node 0 records the result)")
     s.add_argument("--rdzv-endpoint", help="host:port of the rendezvous (node 0's address)")
 
     s = cmd("results", cmd_results, "list recorded results, or import records from another store file")
     s.add_argument("--label", help="keep labels containing this text")
-    s.add_argument("--status", help="keep this status (ok, oom, nccl_error, timeout, failed, invalid)")
-    s.add_argument("--key", help="keep this config key")
+    s.add_argument("--status", choices=STATUSES, help="keep this status")
+    s.add_argument("--key", help="keep this config key (16 hex digits, as `megalab plan` prints it)")
     s.add_argument("--kind", choices=("run", "bench"), default="run", help="training runs or microbenchmarks")
     s.add_argument("--store", help="results folder (default $MEGALAB_RESULTS or results/)")
-    s.add_argument("--import", dest="import_file", metavar="FILE", help="merge records from FILE (JSONL)")
+    s.add_argument("--import", dest="import_file", metavar="FILE",
+                   help="merge records from FILE (JSONL); a file with any bad line is refused whole")
     s.add_argument("--json", action="store_true", help="print JSON")
 
     s = cmd("env", cmd_env, "print this machine's fingerprint (GPUs, interconnect, versions)")
     s.add_argument("--json", action="store_true", help="print JSON")
 
+    s = cmd("presets", cmd_presets, "list the model presets that --preset takes, with their sources")
+    s.add_argument("--json", action="store_true", help="print JSON")
+
+    cmd("chapters", cmd_chapters, "list the chapters (for experiments and reproduce) and the book's pages")
+
     s = cmd("fit", cmd_fit, "bisect for the largest mbs / seq / layers that fits in memory", True)
-    s.add_argument("--vary", choices=("mbs", "seq", "layers"), default="mbs")
-    s.add_argument("--lo", type=int, default=1)
-    s.add_argument("--hi", type=int, default=64)
-    s.add_argument("--step", type=int, help="probe multiples of this (default: 1, 128 for seq, pp*vpp for layers)")
-    s.add_argument("--mode", choices=MODES, default="auto")
-    s.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S)
-    s.add_argument("--tag", action="append", default=[], help="tag stored with every probe (repeatable)")
+    s.add_argument("--vary", choices=("mbs", "seq", "layers"), default="mbs", help="what to grow (default mbs)")
+    s.add_argument("--lo", type=usage.positive_int, default=1, help="smallest value to probe (default 1)")
+    s.add_argument("--hi", type=usage.positive_int, default=64, help="largest value to probe (default 64)")
+    s.add_argument("--step", type=usage.positive_int,
+                   help="probe multiples of this (default: 1, 128 for seq, pp*vpp for layers)")
+    modes(s)
+    timeout(s)
+    tags(s, "every probe")
 
     s = cmd("parity", cmd_parity, "compare the loss curve of a layout with the single-GPU run", True)
-    s.add_argument("--mode", choices=MODES, default="auto")
-    s.add_argument("--repeats", type=int, default=2, help="single-GPU repeats that measure run-to-run spread")
-    s.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S)
-    s.add_argument("--tag", action="append", default=[], help="tag stored with every run (repeatable)")
+    modes(s)
+    s.add_argument("--repeats", type=usage.positive_int, default=2,
+                   help="single-GPU repeats that measure run-to-run spread (default 2)")
+    timeout(s)
+    tags(s, "every run")
 
     s = cmd("experiments", cmd_experiments, "print a chapter's recording plan (tools/gpu/pack.py lines)")
-    s.add_argument("chapter", help="ch01, ch02, ...")
-    s.add_argument("--gpus", type=int, default=4, help="the most GPUs the chapter scales to (default 4)")
-    s.add_argument("--gpu", default="H200", help="GPU model the plan records on (default H200)")
+    s.add_argument("chapter", help="ch01, 01, 1, 01_data_parallel or data_parallel (megalab chapters lists them)")
+    s.add_argument("--gpus", type=usage.positive_int, default=4,
+                   help="the most GPUs the chapter scales to (default 4)")
+    s.add_argument("--gpu", type=_gpu_model, default="H200", help="GPU model the plan records on (default H200)")
     s.add_argument("--missing", action="store_true", help="only what results/ does not answer yet")
     s.add_argument("--pending", action="store_true", help="the runs queued for the chapter's next version")
 
     s = cmd("slurm", cmd_slurm, "print an sbatch script that runs a configuration on several nodes", True)
-    s.add_argument("--nodes", type=int, required=True)
-    s.add_argument("--gpus-per-node", type=int)
-    s.add_argument("--partition")
-    s.add_argument("--account")
-    s.add_argument("--time", default="01:00:00")
+    s.add_argument("--nodes", type=usage.positive_int, required=True, help="nodes to run on")
+    s.add_argument("--gpus-per-node", type=usage.positive_int, help="GPUs per node (default gpus / nodes)")
+    s.add_argument("--partition", type=usage.safe_word, help="slurm partition (sbatch --partition)")
+    s.add_argument("--account", type=usage.safe_word, help="slurm account to charge (sbatch --account)")
+    s.add_argument("--time", type=usage.safe_word, default="01:00:00",
+                   help="time limit, HH:MM:SS or D-HH:MM:SS (default 01:00:00)")
 
     s = cmd("prepare-data", cmd_prepare_data, "tokenize a JSONL corpus into a Megatron indexed dataset")
     s.add_argument("--input", required=True, help="JSONL file with a 'text' field per line")
     s.add_argument("--output-prefix", required=True, help="writes PREFIX.bin and PREFIX.idx")
     s.add_argument("--tokenizer", default="byte", help="'byte' or a path to a Hugging Face tokenizer")
 
-    s = cmd("reproduce", cmd_reproduce, "re-run the book's chapters")
-    s.add_argument("chapters", nargs="*", help="chapter names (default: all)")
-    s.add_argument("--mode", choices=MODES, default="cached", help="cached (default) | auto | live")
-    s.add_argument("--gpus", type=int, help="GPUs available for live runs")
-    s.add_argument("--force", action="store_true", help="re-run even if recorded")
+    s = cmd("reproduce", cmd_reproduce, "execute the book's notebooks (papermill) into _build/executed/")
+    s.add_argument("chapters", nargs="*",
+                   help="pages to run, e.g. 00, ch01, data_parallel, planner (default: all; megalab chapters lists them)")
+    modes(s, default="cached")
+    s.add_argument("--gpus", type=usage.positive_int, help="GPUs available for live runs (default: all visible)")
+    s.add_argument("--force", action="store_true", help="run again even when the executed copy is up to date")
 
     s = cmd("bench", cmd_bench, "microbenchmarks (matmul, HBM, NCCL); arguments go to megalab.bench")
-    s.add_argument("args", nargs=argparse.REMAINDER)
+    s.add_argument("args", nargs=argparse.REMAINDER, help="arguments of megalab.bench (megalab bench --help)")
     return p
+
+
+def _errors():
+    """Errors a reader can cause, and the exit status each ends with (the message says what to change)."""
+    from megalab.chapters import UnknownChapter
+    from megalab.config import InvalidLayout
+    from megalab.data import BadCorpus
+    from megalab.hardware import UnknownGPU
+    from megalab.launch import InvalidSlurmOption, NotEnoughGPUs
+    from megalab.reproduce import UnknownNotebook
+    from megalab.results import NotRecorded
+    from megalab.shapes import UnknownPreset
+    from megalab.store import ImportRefused
+    from megalab.sweep import EmptyRange, ProbeFailed
+    return ((InvalidLayout, EXIT_INVALID), (NotRecorded, EXIT_NOT_RECORDED), (ProbeFailed, EXIT_RUN_FAILED),
+            ((NotEnoughGPUs, BadArgument, UnknownChapter, UnknownNotebook, UnknownGPU, UnknownPreset,
+              ImportRefused, InvalidSlurmOption, EmptyRange, BadCorpus), EXIT_INVALID))
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """parse_args, with a stray argument blamed on the subcommand it was given to."""
+    ns, extra = parser.parse_known_args(argv)
+    if extra:
+        parser.commands[ns.command].error(f"unrecognized arguments: {' '.join(extra)}")
+    return ns
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `megalab` console script; returns the exit code."""
-    from megalab.config import InvalidLayout
-    from megalab.launch import NotEnoughGPUs
-    from megalab.results import NotRecorded
-    from megalab.sweep import ProbeFailed
-
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["bench"]:  # its flags belong to megalab.bench (argparse REMAINDER drops leading flags)
-        return cmd_bench(argparse.Namespace(args=argv[1:]))
-    parser = build_parser()
+        return _guarded("bench", cmd_bench, argparse.Namespace(args=argv[1:]))
     try:
-        ns = parser.parse_args(argv)
-    except SystemExit as e:  # argparse: --help (0) or a usage error (2)
+        ns = _parse(build_parser(), argv)
+    except SystemExit as e:  # argparse: --help, --version (0) or a usage error (2)
         return int(e.code or 0)
+    return _guarded(ns.command, ns.func, ns)
+
+
+def _guarded(command: str, func, ns) -> int:
+    """Run a subcommand; a reader's mistake ends in one line (or one per problem) and its exit status."""
     try:
-        return ns.func(ns)
-    except InvalidLayout as e:
-        print(f"megalab {ns.command}: invalid configuration:", file=sys.stderr)
-        for line in str(e).splitlines():
-            print(f"  {line}", file=sys.stderr)
-        return EXIT_INVALID
-    except NotEnoughGPUs as e:
-        print(f"megalab {ns.command}: {e}", file=sys.stderr)
-        return EXIT_INVALID
-    except NotRecorded as e:
-        print(f"megalab {ns.command}: {e}", file=sys.stderr)
-        return EXIT_NOT_RECORDED
-    except ProbeFailed as e:
-        print(f"megalab {ns.command}: {e}", file=sys.stderr)
-        return EXIT_RUN_FAILED
+        return func(ns)
+    except KeyboardInterrupt:
+        print(f"megalab {command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        status = next((code for kinds, code in _errors() if isinstance(exc, kinds)), None)
+        if status is None:
+            raise
+        heading = _HEADINGS.get(type(exc).__name__)
+        if heading:  # one line per problem under a heading
+            print(f"megalab {command}: {heading}:", file=sys.stderr)
+            for line in str(exc).splitlines():
+                print(f"  {line}", file=sys.stderr)
+        else:
+            print(f"megalab {command}: {' '.join(str(exc).split())}", file=sys.stderr)
+        return status
+
+
+_HEADINGS = {"InvalidLayout": "invalid configuration", "ImportRefused": "nothing imported"}

@@ -203,6 +203,20 @@ def tokenizer_for(prefix: str):
     return _tokenizer(name)
 
 
+class BadCorpus(ValueError):
+    """The corpus to tokenize is missing or a line is not a JSON object with text; the message says where."""
+
+
+def _text(line: str, key: str, where: str) -> str:
+    try:
+        doc = json.loads(line)
+    except ValueError:
+        raise BadCorpus(f"{where}: not JSON: each line must be an object like {{\"{key}\": \"...\"}}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get(key), str):
+        raise BadCorpus(f"{where}: no text in field {key!r}: each line must be an object like {{\"{key}\": \"...\"}}")
+    return doc[key]
+
+
 def prepare_data(input_jsonl: str, output_prefix: str, tokenizer: str = "byte", text_key: str = "text") -> dict:
     """Tokenize a JSON-lines file into Megatron's indexed dataset (PREFIX.bin/.idx, + PREFIX.json).
 
@@ -210,15 +224,19 @@ def prepare_data(input_jsonl: str, output_prefix: str, tokenizer: str = "byte", 
     tools/preprocess_data.py --append-eod does. Returns the summary also written to PREFIX.json.
     """
     from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder, get_bin_path, get_idx_path
+    if not Path(input_jsonl).is_file():
+        raise BadCorpus(f"{input_jsonl}: no such file: pass a JSON Lines file with a {text_key!r} field per line")
+    if tokenizer != "byte" and not Path(tokenizer).exists():
+        raise BadCorpus(f"tokenizer {tokenizer!r}: pass 'byte' or the folder of a Hugging Face tokenizer")
     tok = _tokenizer(tokenizer)
     Path(output_prefix).parent.mkdir(parents=True, exist_ok=True)
     builder = IndexedDatasetBuilder(get_bin_path(output_prefix), dtype=DType.optimal_dtype(tok.vocab_size))
     docs = tokens = 0
     with open(input_jsonl, encoding="utf-8") as f:
-        for line in f:
+        for n, line in enumerate(f, start=1):
             if not line.strip():
                 continue
-            ids = tok.tokenize(json.loads(line)[text_key]) + [tok.eod]
+            ids = tok.tokenize(_text(line, text_key, f"{input_jsonl}:{n}")) + [tok.eod]
             builder.add_document(np.asarray(ids, dtype=np.int64), [len(ids)])
             docs, tokens = docs + 1, tokens + len(ids)
     builder.finalize(get_idx_path(output_prefix))

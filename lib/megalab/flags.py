@@ -33,6 +33,16 @@ def _preset_name(text: str) -> str:
     return text
 
 
+def _run_name(text: str) -> str:
+    from megalab.layout_rules import name_problem
+    if name_problem(text):
+        raise argparse.ArgumentTypeError(name_problem(text))
+    return text
+
+
+_FIELD_TYPES = {"name": _run_name}  # fields checked as they are parsed (else by the type in _TYPES)
+
+
 def add_config_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add --preset and one flag per RunConfig field (dash style; booleans are store_true)."""
     g = parser.add_argument_group("run config")
@@ -44,7 +54,7 @@ def add_config_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         elif f.type == "bool":
             g.add_argument(_flag(f.name), dest=f.name, action="store_const", const=True, help=doc)
         else:
-            g.add_argument(_flag(f.name), dest=f.name, type=_TYPES[f.type], choices=f.metadata["choices"],
+            g.add_argument(_flag(f.name), dest=f.name, type=_FIELD_TYPES.get(f.name, _TYPES[f.type]), choices=f.metadata["choices"],
                            help=f"{doc} (default {f.default})")
     return parser
 

@@ -255,26 +255,44 @@ def launch(cfg, runs_root=None, timeout_s: float = DEFAULT_TIMEOUT_S, progress: 
     return RunOutcome(status, error, parsed, run_dir, proc.returncode)
 
 
+class InvalidSlurmOption(ValueError):
+    """An sbatch option or node split cannot make a working script; the message says what to change."""
+
+
+def _sbatch_word(name: str, value: str) -> str:
+    from megalab.usage import SAFE_WORD
+    if not SAFE_WORD.fullmatch(str(value)):
+        raise InvalidSlurmOption(f"{name}={value!r} cannot stand in an sbatch script: use letters, digits and "
+                                 f". _ , : + - only")
+    return shlex.quote(str(value))
+
+
 def slurm_script(cfg, nodes: int, gpus_per_node: int | None = None, partition: str | None = None,
                  time: str = "01:00:00", account: str | None = None) -> str:
     """An sbatch script that runs this configuration on `nodes` nodes: one srun task per node,
-    each a torchrun with gpus_per_node workers meeting at the first node (c10d rendezvous)."""
+    each a torchrun with gpus_per_node workers meeting at the first node (c10d rendezvous).
+    Every value written into it is checked (no spaces, newlines or shell characters) and shell-quoted."""
+    if nodes < 1 or (gpus_per_node is not None and gpus_per_node < 1):
+        raise InvalidSlurmOption(f"nodes={nodes}, gpus_per_node={gpus_per_node}: both must be 1 or more")
     if gpus_per_node is None:
         if cfg.gpus % nodes:
-            raise ValueError(f"gpus={cfg.gpus} does not split over {nodes} nodes: make gpus a multiple of nodes")
+            raise InvalidSlurmOption(f"gpus={cfg.gpus} does not split over {nodes} nodes: make gpus a multiple "
+                                     f"of nodes")
         gpus_per_node = cfg.gpus // nodes
     if nodes * gpus_per_node != cfg.gpus:
-        raise ValueError(f"nodes x gpus_per_node = {nodes * gpus_per_node} but the config has gpus={cfg.gpus}: "
-                         f"make them equal")
-    cfg.validate()
-    sbatch = [f"--job-name=megalab-{cfg.label}"[:80], f"--nodes={nodes}", "--ntasks-per-node=1",
-              f"--gpus-per-node={gpus_per_node}", f"--time={time}", "--output=runs/slurm-%j.log"]
+        raise InvalidSlurmOption(f"nodes x gpus_per_node = {nodes * gpus_per_node} but the config has "
+                                 f"gpus={cfg.gpus}: make them equal")
+    cfg.validate()  # the name rule keeps the label to letters, digits and . _ - + (quoted below all the same)
+    q = shlex.quote
+    sbatch = [f"--job-name={q(f'megalab-{cfg.label}'[:80])}", f"--nodes={int(nodes)}", "--ntasks-per-node=1",
+              f"--gpus-per-node={int(gpus_per_node)}", f"--time={_sbatch_word('time', time)}",
+              "--output=runs/slurm-%j.log"]
     if partition:
-        sbatch.append(f"--partition={partition}")
+        sbatch.append(f"--partition={_sbatch_word('partition', partition)}")
     if account:
-        sbatch.append(f"--account={account}")
-    args = " ".join(shlex.quote(a) for a in _config_args(cfg))
-    exports = " ".join(f"{k}={v}" for k, v in FORCED_ENV.items())
+        sbatch.append(f"--account={_sbatch_word('account', account)}")
+    args = " ".join(q(a) for a in _config_args(cfg))
+    exports = " ".join(f"{k}={q(v)}" for k, v in FORCED_ENV.items())
     return "\n".join([
         "#!/bin/bash",
         *(f"#SBATCH {s}" for s in sbatch),
@@ -283,9 +301,9 @@ def slurm_script(cfg, nodes: int, gpus_per_node: int | None = None, partition: s
         f"export {exports}",
         'export PYTHONPATH="$PWD/lib${PYTHONPATH:+:$PYTHONPATH}"',
         'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-        f'run_dir="runs/{cfg.label}-$SLURM_JOB_ID"',
+        f'run_dir={q(f"runs/{cfg.label}-")}"$SLURM_JOB_ID"',
         'mkdir -p "$run_dir"',
-        f'srun python -m torch.distributed.run --nnodes "$SLURM_NNODES" --nproc_per_node {gpus_per_node} \\',
+        f'srun python -m torch.distributed.run --nnodes "$SLURM_NNODES" --nproc_per_node {int(gpus_per_node)} \\',
         f'    --rdzv-id "$SLURM_JOB_ID" --rdzv-backend c10d --rdzv-endpoint "$head:{RDZV_PORT}" \\',
         f'    -m megalab.train {args} --run-dir "$run_dir"',
         "",

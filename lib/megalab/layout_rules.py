@@ -10,6 +10,9 @@ from __future__ import annotations
 import dataclasses
 import re
 
+# a run's name goes into its folder (runs/<label>-<time>), an sbatch job name and the records
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
 # GPUs with FP8 tensor cores (compute capability 8.9+): Ada, Hopper, Blackwell
 _FP8_GPUS = re.compile(r"\bG?H\d{2,3}\b|\bG?B\d{3}\b|\bL40S?\b|\bL4\b|RTX [45]0\d0|Ada|Hopper|Blackwell")
 
@@ -17,6 +20,14 @@ _FP8_GPUS = re.compile(r"\bG?H\d{2,3}\b|\bG?B\d{3}\b|\bL40S?\b|\bL4\b|RTX [45]0\
 def _divisors(n: int, most: int = 64) -> str:
     """Divisors of n up to `most` (parallel sizes beyond that are not useful advice)."""
     return ", ".join(str(d) for d in range(1, min(n, most) + 1) if n % d == 0)
+
+
+def name_problem(name) -> str | None:
+    """Why `name` cannot name a run (it goes into a folder name and a script), or None when it can."""
+    if isinstance(name, str) and _SAFE_NAME.fullmatch(name) and ".." not in name:
+        return None
+    return (f"name={name!r} cannot name a run folder: use letters, digits and . _ - only "
+            f"(starting with a letter or digit, no '..')")
 
 
 def hierarchical_cp(cfg) -> tuple[int, int] | None:
@@ -43,6 +54,8 @@ def problems(cfg, gpus_available=None, te_available=None, gpu_name=None) -> list
     for n in ("query_groups", "ffn", "moe_ffn"):
         if getattr(c, n) is not None and getattr(c, n) < 1:
             add(f"{n}={getattr(c, n)} must be at least 1 (or None for the default)")
+    if name_problem(c.name):
+        add(name_problem(c.name))
     if c.experts < 0:
         add(f"experts={c.experts} must be 0 (dense) or more")
     if not 0.0 <= c.dropout < 1.0:

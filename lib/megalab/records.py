@@ -142,6 +142,75 @@ def _profile(run_dir) -> dict:
         return {}
 
 
+# -- checking a record made elsewhere (megalab results --import) ----------------------------------
+_RUN_TYPES = {"schema": int, "id": str, "key": str, "label": str, "config": dict, "status": str,
+              "error": (dict, type(None)), "summary": dict, "series": dict, "predicted": dict, "env": dict,
+              "git_commit": (str, type(None)), "recorded_at": str, "tags": list, "run_dir": (str, type(None))}
+_BENCH_TYPES = {"schema": int, "id": str, "kind": str, "bench": str, "env": dict, "recorded_at": str}
+_TYPE_NAMES = {int: "a whole number", str: "text", dict: "an object", list: "a list"}
+
+
+def _type_name(want) -> str:
+    kinds = want if isinstance(want, tuple) else (want,)
+    return " or ".join("null" if k is type(None) else _TYPE_NAMES[k] for k in kinds)
+
+
+_FIELD_TYPES = {"int": (int,), "int | None": (int, type(None)), "float": (float, int), "str": (str,),
+                "str | None": (str, type(None)), "bool": (bool,)}
+
+
+def _config_type_problems(config: dict) -> list[str]:
+    import dataclasses
+
+    from megalab.config import RunConfig
+    out = []
+    for f in dataclasses.fields(RunConfig):
+        if f.name in config:
+            v, want = config[f.name], _FIELD_TYPES[f.type]
+            if not isinstance(v, want) or (isinstance(v, bool) and bool not in want):
+                out.append(f"config field {f.name!r} should be {f.type}, not {json.dumps(v)[:40]}")
+    return out
+
+
+def record_problems(record) -> list[str]:
+    """Why a record does not fit the schema make_record writes (a bench record: its own few fields);
+    [] when it does. The config must load as a RunConfig whose key is the record's key, and a run that
+    started (any status but "invalid") must have a layout megalab accepts."""
+    if not isinstance(record, dict):
+        return [f"a record is a JSON object, not {type(record).__name__}"]
+    bench = record.get("kind") == "bench"
+    types = _BENCH_TYPES if bench else _RUN_TYPES
+    out = [f"field {name!r} is missing" for name in types if name not in record and name != "id"]  # an
+    # import gives a record without an id one made from its content
+    out += [f"field {name!r} should be {_type_name(want)}, not {json.dumps(record[name])[:40]}"
+            for name, want in types.items() if name in record and
+            (not isinstance(record[name], want) or isinstance(record[name], bool))]
+    if record.get("schema") != SCHEMA and "schema" not in " ".join(out):
+        out.append(f"schema={record.get('schema')!r}: this megalab reads schema {SCHEMA}")
+    if isinstance(record.get("id"), str) and not record["id"].strip():
+        out.append("field 'id' is empty")
+    if bench or out:
+        return out
+    from megalab.config import RunConfig
+    from megalab.metrics import STATUSES
+    if record["status"] not in STATUSES:
+        out.append(f"status={record['status']!r}: pick one of {', '.join(STATUSES)}")
+    if not all(isinstance(t, str) for t in record["tags"]):
+        out.append("field 'tags' should hold text only")
+    try:
+        cfg = RunConfig.from_dict(record["config"])
+    except (TypeError, ValueError) as exc:
+        return out + [f"config does not load: {exc}"]
+    wrong = _config_type_problems(record["config"])
+    if wrong:
+        return out + wrong
+    if record["status"] != "invalid":
+        out += [f"config: {p}" for p in cfg.problems()]
+    if cfg.key != record["key"]:
+        out.append(f"key {record['key']!r} is not its config's key {cfg.key!r}")
+    return out
+
+
 PROVENANCE = ("gpu_name", "interconnect", "driver", "cuda", "torch", "megatron_core", "transformer_engine", "python")
 
 

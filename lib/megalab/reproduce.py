@@ -12,7 +12,8 @@ extension (listed in `_config.yml`): when Sphinx reads `book/X.ipynb` it substit
 `_build/executed/book/X.ipynb` and records it as a dependency, so the page shows the executed outputs
 and is rebuilt when the executed copy changes. A notebook with no executed copy is a warning (an
 error under -W) telling you to run `megalab reproduce`. The same extension loads plotly.js once per
-page from the installed plotly package, so the HTML works offline (see `megalab.charts`).
+page from the installed plotly package, and MathJax from `.mathjax/` (fetched by tools/mathjax-setup.sh;
+`mathjax_path` in _config.yml points at the copy), so the HTML works offline (see `megalab.charts`).
 
 Modes. `cached` runs the notebooks with mode="cached" (recorded results only). `live` runs them
 with mode="auto": a configuration already recorded on this GPU model is read back, anything else runs
@@ -37,6 +38,14 @@ OUT_DIR = "_build/executed"
 KERNEL = "python3"
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 MODES = {"cached": "cached", "auto": "auto", "live": "auto"}   # reproduce mode -> notebook mode
+
+
+EXIT_INTERRUPTED = 130   # 128 + SIGINT, as a shell reports Ctrl-C
+INTERRUPTED = "INTERRUPTED (its previous executed copy kept)"
+
+
+class UnknownNotebook(ValueError):
+    """No page of the book has this name; the message lists the names to pick from."""
 
 
 class NoExecutedCopy(UserWarning):
@@ -75,12 +84,20 @@ def notebooks(chapters=None, root=None) -> list[Path]:
     unknown = [c for c in chapters if not any(_matches(p, c) for p in found)]
     if unknown:
         names = ", ".join(p.parent.name if p.parent.name != "book" else p.stem for p in found)
-        raise ValueError(f"no chapter matches {', '.join(unknown)}: pick from {names}")
+        raise UnknownNotebook(f"no page of the book matches {', '.join(map(repr, unknown))}: pick from {names} "
+                              f"(a chapter also as ch01, 01, 1 or data_parallel)")
     return picked
 
 
 def _matches(path: Path, name: str) -> bool:
+    """A page by path, stem or folder ("00", "00_know_your_machine", "planner"); a chapter of
+    megalab.chapters also by any name chapters.resolve accepts ("ch01", "1", "data_parallel")."""
+    from megalab import chapters
     name = str(name).rstrip("/")
+    try:
+        name = chapters.resolve(name)[2:]   # "ch01" -> "01", matched against the folder's number below
+    except chapters.UnknownChapter:
+        pass
     return (path.as_posix() == name or path.with_suffix("").as_posix() == name or path.stem == name
             or path.parent.name == name or path.parent.name.split("_")[0] == name
             or (path.parent.name != "book" and path.parent.name.startswith(name + "_")))
@@ -114,24 +131,57 @@ def is_fresh(src: Path, dst: Path, parameters: dict, root: Path) -> bool:
     """The executed copy exists, is newer than its inputs, and was run with these parameters."""
     if not dst.exists() or dst.stat().st_mtime <= _inputs_mtime(src, root):
         return False
-    meta = json.loads(dst.read_text()).get("metadata", {}).get("papermill", {})
+    try:  # a copy cut short (by a megalab that wrote in place) is not JSON: run the notebook again
+        meta = json.loads(dst.read_text()).get("metadata", {}).get("papermill", {})
+    except (ValueError, AttributeError):
+        return False
     return meta.get("parameters") == parameters and meta.get("exception") in (None, False)
 
 
 def execute(src: Path, dst: Path, parameters: dict, root: Path) -> None:
-    """papermill one notebook: parameters injected, cwd = the notebook's folder, a tqdm bar of cells."""
+    """papermill one notebook: parameters injected, cwd = the notebook's folder, a tqdm bar of cells.
+
+    papermill saves its output after every cell, so it writes to a temporary file beside `dst`, renamed
+    onto `dst` only once every cell ran: an interrupted or failed run never leaves a half-executed copy
+    where the book (or the resume check) would take it for a finished one. A failed run's notebook is
+    kept as `<name>.failed.ipynb` to read the error in."""
+    import tempfile
+
     import papermill as pm
     os.environ["JUPYTER_PATH"] = os.pathsep.join(
         [str(kernel_dir(root)), *filter(None, [os.environ.get("JUPYTER_PATH")])])
     dst.parent.mkdir(parents=True, exist_ok=True)
-    pm.execute_notebook(str(src), str(dst), parameters=parameters, kernel_name=KERNEL, cwd=str(src.parent),
-                        progress_bar={"desc": src.stem, "unit": "cell"}, log_output=False)
+    fd, name = tempfile.mkstemp(prefix=f".{dst.stem}.", suffix=".part.ipynb", dir=dst.parent)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        pm.execute_notebook(str(src), str(tmp), parameters=parameters, kernel_name=KERNEL, cwd=str(src.parent),
+                            progress_bar={"desc": src.stem, "unit": "cell"}, log_output=False)
+    except BaseException as exc:
+        if _interrupted(exc) or not tmp.exists() or not tmp.stat().st_size:
+            tmp.unlink(missing_ok=True)
+        else:
+            os.replace(tmp, failed_path(dst))
+        raise
+    os.replace(tmp, dst)
+    failed_path(dst).unlink(missing_ok=True)
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Ctrl-C, in this process or in the kernel (papermill reports the kernel's as a cell error)."""
+    return isinstance(exc, KeyboardInterrupt) or getattr(exc, "ename", None) == "KeyboardInterrupt"
+
+
+def failed_path(dst: Path) -> Path:
+    """Where the output of a notebook that raised is kept (never where the book reads)."""
+    return dst.with_name(dst.stem + ".failed.ipynb")
 
 
 def reproduce(chapters=None, mode: str = "cached", gpus: int | None = None, force: bool = False,
               out_dir: str = OUT_DIR, root=None) -> int:
     """Execute the chosen notebooks (all, in toc order, when None); print a summary table; return 0
-    when all succeeded, 1 otherwise. See the module docstring for modes and resuming."""
+    when all succeeded, 1 otherwise, 130 when interrupted (Ctrl-C: the notebook running then keeps its
+    previous executed copy, the table says which ran). See the module docstring for modes and resuming."""
     if mode not in MODES:
         raise ValueError(f"mode={mode!r}: pick one of {', '.join(MODES)}")
     base = _root(root)
@@ -139,7 +189,8 @@ def reproduce(chapters=None, mode: str = "cached", gpus: int | None = None, forc
     if gpus is not None:
         parameters["gpus"] = int(gpus)
     rows = []
-    for nb in notebooks(chapters, base):
+    todo = notebooks(chapters, base)
+    for nb in todo:
         src, dst = base / nb, executed_path(nb, base, out_dir)
         start = time.perf_counter()
         if not force and is_fresh(src, dst, parameters, base):
@@ -148,11 +199,27 @@ def reproduce(chapters=None, mode: str = "cached", gpus: int | None = None, forc
         try:
             execute(src, dst, parameters, base)
             status = "ok"
+        except KeyboardInterrupt:
+            status = INTERRUPTED
         except Exception as exc:  # a failing chapter must not stop the others; reported below
-            status = f"FAILED: {type(exc).__name__}: {str(exc).strip().splitlines()[-1][:120] if str(exc).strip() else ''}"
+            last = str(exc).strip().splitlines()[-1][:120] if str(exc).strip() else ""
+            status = INTERRUPTED if _interrupted(exc) else \
+                f"FAILED: {type(exc).__name__}: {last} (see {_shown(failed_path(dst), base)})"
         rows.append((nb.as_posix(), status, time.perf_counter() - start))
+        if status == INTERRUPTED:
+            rows += [(n.as_posix(), "not run", 0.0) for n in todo[len(rows):]]
+            print(_table(rows, parameters))
+            print("megalab reproduce: interrupted; run the same command again to go on", file=sys.stderr)
+            return EXIT_INTERRUPTED
     print(_table(rows, parameters))
     return 0 if all(not s.startswith("FAILED") for _, s, _ in rows) else 1
+
+
+def _shown(path: Path, base: Path) -> str:
+    try:
+        return path.relative_to(base).as_posix()
+    except ValueError:
+        return str(path)
 
 
 def _table(rows, parameters) -> str:
@@ -200,6 +267,20 @@ def _copy_plotly_js(app, exception) -> None:
         shutil.copyfile(js, Path(app.outdir) / "_static" / "plotly.min.js")
 
 
+def _copy_mathjax(app, exception) -> None:
+    """.mathjax/ (tools/mathjax-setup.sh) -> _static/mathjax/, where _config.yml's mathjax_path points."""
+    if exception is not None or app.builder.format != "html":
+        return
+    import shutil
+    src = Path(app.srcdir) / app.config.megalab_mathjax_dir
+    if not (src / "tex-chtml.js").exists():
+        from sphinx.util import logging
+        logging.getLogger(__name__).warning(
+            f"no MathJax in {src}: run tools/mathjax-setup.sh (make setup does), or formulas show as TeX")
+        return
+    shutil.copytree(src, Path(app.outdir) / "_static" / "mathjax", dirs_exist_ok=True)
+
+
 def _dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
     # jupyter-book 1.0.4 on Sphinx 7.4 lists some scripts twice (at two priorities); the inline
     # `const THEBE_JS_URL = ...` then throws "Identifier 'THEBE_JS_URL' has already been declared"
@@ -215,9 +296,11 @@ def _dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
 def setup(app):
     """Sphinx entry point (`sphinx: extra_extensions: [megalab.reproduce]` in _config.yml)."""
     app.add_config_value("megalab_executed_dir", OUT_DIR, "env")
+    app.add_config_value("megalab_mathjax_dir", ".mathjax", "env")
     app.connect("source-read", _source_read)
     app.add_js_file("plotly.min.js", priority=200)   # before the pages' inline figure scripts
     app.connect("build-finished", _copy_plotly_js)
+    app.connect("build-finished", _copy_mathjax)
     app.connect("html-page-context", _dedupe_scripts)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
 

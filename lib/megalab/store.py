@@ -10,7 +10,8 @@ Safety rules, because runs are killed, crash and run side by side:
   torn fragment stays alone on its line; lines are never rewritten, files never truncated;
 - each record goes out as one `os.write` of its full bytes, then `fsync`;
 - readers take a shared lock on the same file, skip torn or invalid lines and warn once with file:line;
-- `import_records` merges another store's file and skips ids already present.
+- `import_records` checks every line of another store's file first (a bad one refuses the whole file),
+  then merges it and skips ids already present.
 
 Answering a configuration from these records (`megalab.run`) lives in `results.py`.
 """
@@ -29,6 +30,11 @@ from pathlib import Path
 from typing import Any
 
 RUNS, BENCH, ERRATA = "runs.jsonl", "bench.jsonl", "errata.jsonl"
+MAX_REASONS = 20  # reasons listed when an import is refused
+
+
+class ImportRefused(ValueError):
+    """A file to import is missing or holds records that do not fit the schema; nothing was imported."""
 
 
 def default_root() -> Path:
@@ -110,9 +116,11 @@ class Store:
 
     def import_records(self, path: str | os.PathLike) -> int:
         """Merge the records of another JSONL file (e.g. brought back from a GPU host); returns how
-        many were new. Ids already in this store are skipped; nothing is overwritten."""
+        many were new. Ids already in this store are skipped; nothing is overwritten. The whole file is
+        checked first (records.record_problems): one bad line refuses all of it (ImportRefused, with
+        file:line reasons) and nothing is written."""
         incoming = []
-        for r in _read(Path(path)):
+        for r in _read_strict(Path(path)):
             r = dict(r)
             r.setdefault("id", _content_id(r))  # stable, so a second import skips it too
             incoming.append(r)
@@ -180,19 +188,23 @@ def _read_locked(path: Path) -> bytes:
         return path.read_bytes()
 
 
+def _lines(data: bytes):
+    """(line number, parsed JSON or None, why it is not JSON or None) for each non-blank line."""
+    for n, line in enumerate(data.split(b"\n"), start=1):
+        if line.strip():
+            try:
+                yield n, json.loads(line), None
+            except ValueError as exc:
+                yield n, None, getattr(exc, "msg", str(exc))
+
+
 def _read(path: Path, warn: bool = True, lock: bool = False) -> list[dict]:
     try:
         data = _read_locked(path) if lock else path.read_bytes()
     except FileNotFoundError:
         return []
     out, bad = [], []
-    for n, line in enumerate(data.split(b"\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            obj = None
+    for n, obj, _ in _lines(data):
         if isinstance(obj, dict):
             out.append(obj)
         else:
@@ -201,6 +213,30 @@ def _read(path: Path, warn: bool = True, lock: bool = False) -> list[dict]:
         where = ", ".join(f"{path}:{n}" for n in bad[:10]) + (" ..." if len(bad) > 10 else "")
         warnings.warn(f"skipped {len(bad)} torn or invalid line(s) in the results store: {where}",
                       stacklevel=3)
+    return out
+
+
+def _read_strict(path: Path) -> list[dict]:
+    """Every record of a file to import, or ImportRefused listing file:line and what is wrong."""
+    from megalab.records import record_problems
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise ImportRefused(f"{path}: no such file: pass the path of a runs.jsonl or bench.jsonl to import") from None
+    except OSError as exc:
+        raise ImportRefused(f"{path}: cannot be read ({exc.strerror}): pass a JSON Lines file") from None
+    out, reasons = [], []
+    for n, obj, error in _lines(data):
+        if error:
+            reasons.append(f"{path}:{n}: not JSON ({error}): a torn or hand-edited line")
+            continue
+        reasons += [f"{path}:{n}: {p}" for p in record_problems(obj)]
+        out.append(obj)
+    if not out and not reasons:
+        reasons.append(f"{path}: holds no records")
+    if reasons:
+        more = f"\n... and {len(reasons) - MAX_REASONS} more" if len(reasons) > MAX_REASONS else ""
+        raise ImportRefused("\n".join(reasons[:MAX_REASONS]) + more)
     return out
 
 

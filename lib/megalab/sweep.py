@@ -41,6 +41,10 @@ def with_value(cfg, vary: str, value: int):
     return cfg.replace(**{vary: value})
 
 
+class EmptyRange(ValueError):
+    """A fit has no value to probe: lo above hi, or no multiple of step between them."""
+
+
 @dataclass
 class FitResult:
     """The largest value that ran ("ok"), or None if even `lo` did not, and every probe in order."""
@@ -90,7 +94,7 @@ def fit(cfg, vary: str = "mbs", lo: int = 1, hi: int = 64, mode: str = "auto", s
     step = step or _step(cfg, vary)
     values = [v for v in range(lo, hi + 1) if v % step == 0]
     if not values:
-        raise ValueError(f"no multiple of {step} in [{lo}, {hi}]: widen the range or pass step=")
+        raise EmptyRange(f"no multiple of {step} in [{lo}, {hi}]: widen the range (lo <= hi) or pass another step")
     out = FitResult(vary, None)
 
     def fits(i: int) -> bool:

@@ -1,0 +1,60 @@
+"""Command-line parsing that answers a mistake in one line: the reason first, then where help is.
+
+argparse's own `error()` prints the whole usage (17 lines for `megalab run`) before the reason; a
+`Parser` prints `megalab run: error: argument --tp: invalid int value: 'two'` and `(megalab run --help
+lists the options)`, and exits with status 2. The value types here refuse what argparse would let through
+to a traceback later (`--nodes 0`, a `--partition` with a newline in it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+
+EXIT_USAGE = 2
+SAFE_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9._,:+-]*")   # slurm partitions, accounts, time limits
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line (plus a pointer to --help), exit status 2."""
+
+    def error(self, message: str):
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        print(f"({self.prog} --help lists the options)", file=sys.stderr)
+        self.exit(EXIT_USAGE)
+
+
+def _number(kind, text: str, low, what: str):
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number: pass {what}") from None
+    if value < low or value != value:  # NaN compares false with everything
+        raise argparse.ArgumentTypeError(f"{text} is too small: pass {what}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An int of 1 or more (GPU and node counts, repeats, bisection bounds)."""
+    return _number(int, text, 1, "a whole number of 1 or more")
+
+
+def count(text: str) -> int:
+    """An int of 0 or more (a node rank)."""
+    return _number(int, text, 0, "a whole number of 0 or more")
+
+
+def seconds(text: str) -> float:
+    """A time limit in seconds, more than 0."""
+    value = _number(float, text, 0, "seconds, more than 0")
+    if value == 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text}: pass seconds, more than 0 and finite")
+    return value
+
+
+def safe_word(text: str) -> str:
+    """A word that can stand in a generated script as is: letters, digits and . _ , : + - (no spaces)."""
+    if not SAFE_WORD.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r}: use letters, digits and . _ , : + - only")
+    return text
