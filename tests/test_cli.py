@@ -122,7 +122,7 @@ def test_lazy_subcommands_are_dispatched(monkeypatch, capsys):
     calls = {}
     monkeypatch.setitem(sys.modules, "megalab.reproduce", types.SimpleNamespace(
         reproduce=lambda chapters, mode, gpus, force: calls.setdefault("reproduce", (chapters, mode, gpus, force))
-        and 0))
+        and 0, page_names=lambda: ["planner"]))
     monkeypatch.setitem(sys.modules, "megalab.data", types.SimpleNamespace(
         prepare_data=lambda i, o, tokenizer: calls.setdefault("data", (i, o, tokenizer)) and {"documents": 1}))
     monkeypatch.setitem(sys.modules, "megalab.bench", types.SimpleNamespace(

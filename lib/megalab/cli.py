@@ -62,14 +62,15 @@ def _json(obj) -> str:
 
 
 def _config(ns):
+    """The RunConfig the flags describe, validated first in every command and mode (InvalidLayout: exit 2)."""
     from megalab.flags import config_from_args
-    return config_from_args(ns)
+    return config_from_args(ns).validate()
 
 
 # -- subcommands -----------------------------------------------------------------------------------
 def cmd_plan(ns) -> int:
     from megalab import theory
-    cfg = _config(ns).validate()
+    cfg = _config(ns)
     plan = theory.plan(cfg, ns.gpu)
     print(_json(plan) if ns.json else f"{cfg.label}  (on {ns.gpu})\n{_table(plan)}")
     return EXIT_OK
@@ -380,8 +381,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tokenizer", default="byte", help="'byte' or a path to a Hugging Face tokenizer")
 
     s = cmd("reproduce", cmd_reproduce, "execute the book's notebooks (papermill) into _build/executed/")
-    s.add_argument("chapters", nargs="*",
-                   help="pages to run, e.g. 00, ch01, data_parallel, planner (default: all; megalab chapters lists them)")
+    from megalab.reproduce import page_names
+    s.add_argument("chapters", nargs="*", metavar="PAGE",
+                   help=f"pages to run (default: all): {', '.join(page_names()) or 'see megalab chapters'}; "
+                        "a chapter also as ch01, 01, 1 or data_parallel")
     modes(s, default="cached")
     s.add_argument("--gpus", type=usage.positive_int, help="GPUs available for live runs (default: all visible)")
     s.add_argument("--force", action="store_true", help="run again even when the executed copy is up to date")

@@ -37,7 +37,7 @@ class RunConfig:
     heads: int = _f(4, "attention heads")
     query_groups: int | None = _f(None, "key/value heads for GQA; None = heads (multi-head attention)")
     ffn: int | None = _f(None, "MLP inner size; None = 4*hidden")
-    vocab: int = _f(50304, "vocabulary size (the trainer pads it to a multiple of 128*tp)")
+    vocab: int = _f(50304, "vocabulary size, used as is: it must split evenly over tp (a multiple of 128*tp always does)")
     seq: int = _f(1024, "sequence length in tokens")
     norm: str = _f("LayerNorm", "normalization layer", ("LayerNorm", "RMSNorm"))
     activation: str = _f("gelu", "MLP activation; swiglu = gated linear unit with SiLU", ("gelu", "swiglu"))

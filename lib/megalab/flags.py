@@ -41,12 +41,15 @@ def _run_name(text: str) -> str:
 
 
 _FIELD_TYPES = {"name": _run_name}  # fields checked as they are parsed (else by the type in _TYPES)
+_DEFAULT_HELP = {"gpus": "tp*pp*cp, i.e. data-parallel size 1"}  # defaults config_from_args derives
 
 
 def add_config_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add --preset and one flag per RunConfig field (dash style; booleans are store_true)."""
     g = parser.add_argument_group("run config")
-    g.add_argument("--preset", type=_preset_name, help="model preset supplying the model fields")
+    g.add_argument("--preset", type=_preset_name, metavar="PRESET",
+                   help=f"model preset supplying the model fields: {', '.join(presets.names())} "
+                        "(megalab presets shows their shapes)")
     for f in _FIELDS:
         doc = f.metadata["doc"]
         if f.name in _OFF_FLAGS:
@@ -55,7 +58,7 @@ def add_config_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
             g.add_argument(_flag(f.name), dest=f.name, action="store_const", const=True, help=doc)
         else:
             g.add_argument(_flag(f.name), dest=f.name, type=_FIELD_TYPES.get(f.name, _TYPES[f.type]), choices=f.metadata["choices"],
-                           help=f"{doc} (default {f.default})")
+                           help=f"{doc} (default {_DEFAULT_HELP.get(f.name, f.default)})")
     return parser
 
 

@@ -8,6 +8,7 @@ refuses it (MC = megatron/core). Rules are only those reachable from RunConfig's
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 
 # a run's name goes into its folder (runs/<label>-<time>), an sbatch job name and the records
@@ -60,6 +61,8 @@ def problems(cfg, gpus_available=None, te_available=None, gpu_name=None) -> list
         add(f"experts={c.experts} must be 0 (dense) or more")
     if not 0.0 <= c.dropout < 1.0:
         add(f"dropout={c.dropout} must be in [0, 1)")
+    if not (math.isfinite(c.lr) and c.lr > 0):
+        add(f"lr={c.lr} must be a positive, finite learning rate (e.g. 3e-4)")
     if out:
         return out + _machine(c, gpus_available, te_available)  # the arithmetic below needs valid sizes
     te = c.impl == "te"

@@ -83,10 +83,22 @@ def notebooks(chapters=None, root=None) -> list[Path]:
     picked = [p for p in found if any(_matches(p, c) for c in chapters)]
     unknown = [c for c in chapters if not any(_matches(p, c) for p in found)]
     if unknown:
-        names = ", ".join(p.parent.name if p.parent.name != "book" else p.stem for p in found)
+        names = ", ".join(_page_name(p) for p in found)
         raise UnknownNotebook(f"no page of the book matches {', '.join(map(repr, unknown))}: pick from {names} "
                               f"(a chapter also as ch01, 01, 1 or data_parallel)")
     return picked
+
+
+def _page_name(path: Path) -> str:
+    return path.parent.name if path.parent.name != "book" else path.stem
+
+
+def page_names(root=None) -> list[str]:
+    """The names `reproduce` takes, in the book's order ([] outside a checkout of the book)."""
+    try:
+        return [_page_name(p) for p in notebooks(root=root)]
+    except (OSError, ValueError):
+        return []
 
 
 def _matches(path: Path, name: str) -> bool:

@@ -177,6 +177,7 @@ def run(cfg, mode: str = "auto", tags: Iterable[str] = (), store: Store | str | 
     with torch.profiler over a few steps (the record keeps the kernel timeline), or reads such a run.
     Prints one line saying which source answered.
     """
+    cfg.validate()  # an impossible layout is answered as such, whatever the mode
     store = _store(store)
     gpu_name, gpus, te = _local_hardware() if mode != "cached" else (None, 0, False)
     source, record = select(cfg, mode, store, gpu_name, gpus, te, exclude, gpu, profile)
