@@ -105,6 +105,20 @@ def test_torn_last_line_is_isolated_and_reported(tmp_path):
         assert [r["n"] for r in store.load()] == [0, 2]
 
 
+def test_a_wrongly_typed_record_is_skipped_with_its_line_and_reason(tmp_path, capsys):
+    from megalab import cli
+    store = Store(tmp_path)
+    good = _record()
+    bad = {**_record(), "config": {**good["config"], "tp": "2"}, "id": "hand-edited"}
+    for r in (good, bad, {**_record(), "status": 3, "id": "x"}):
+        store.append(r)
+    with pytest.warns(UserWarning, match=r"runs.jsonl:2: config field 'tp' should be int.*runs.jsonl:3: field 'status'"):
+        assert [r["id"] for r in store.load()] == [good["id"]]
+    assert cli.main(["results", "--store", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("megalab results: warning: skipped 2 ") and len(err.splitlines()) == 1
+
+
 def _big_writer(root):
     store = Store(root)
     store.append({"n": "first"})

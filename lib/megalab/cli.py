@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from pathlib import Path
 
 from megalab import usage
@@ -434,7 +435,10 @@ def main(argv: list[str] | None = None) -> int:
 def _guarded(command: str, func, ns) -> int:
     """Run a subcommand; a reader's mistake ends in one line (or one per problem) and its exit status."""
     try:
-        return func(ns)
+        with warnings.catch_warnings():  # a warning is one line too
+            warnings.showwarning = lambda message, *_a, **_k: print(f"megalab {command}: warning: {message}",
+                                                                      file=sys.stderr)
+            return func(ns)
     except KeyboardInterrupt:
         print(f"megalab {command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -172,6 +172,18 @@ def _config_type_problems(config: dict) -> list[str]:
     return out
 
 
+def type_problems(record: dict) -> list[str]:
+    """The fields a record holds with the wrong type (what the full schema check, record_problems, also
+    finds); missing fields are not its concern. The store's readers skip such records: a sum or a label
+    over them would crash far from the cause."""
+    types = _BENCH_TYPES if record.get("kind") == "bench" else _RUN_TYPES
+    out = [f"field {name!r} should be {_type_name(want)}, not {json.dumps(record[name])[:40]}"
+           for name, want in types.items() if name in record and
+           (not isinstance(record[name], want) or isinstance(record[name], bool))]
+    config = record.get("config")
+    return out + (_config_type_problems(config) if isinstance(config, dict) else [])
+
+
 def record_problems(record) -> list[str]:
     """Why a record does not fit the schema make_record writes (a bench record: its own few fields);
     [] when it does. The config must load as a RunConfig whose key is the record's key, and a run that

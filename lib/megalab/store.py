@@ -9,7 +9,8 @@ Safety rules, because runs are killed, crash and run side by side:
 - if the file does not end in "\\n" (a writer was killed mid-line) a "\\n" is written first, so the
   torn fragment stays alone on its line; lines are never rewritten, files never truncated;
 - each record goes out as one `os.write` of its full bytes, then `fsync`;
-- readers take a shared lock on the same file, skip torn or invalid lines and warn once with file:line;
+- readers take a shared lock on the same file, skip torn lines and records with wrongly typed fields,
+  and warn once with file:line and the reason;
 - `import_records` checks every line of another store's file first (a bad one refuses the whole file),
   then merges it and skips ids already present.
 
@@ -133,8 +134,9 @@ class Store:
 
     # reading
     def load(self, kind: str = "run", **filters) -> list[dict]:
-        """Records in file order that match every filter (see `matches`)."""
-        return [r for r in _read(self.path(kind), lock=True) if matches(r, **filters)]
+        """Records in file order that match every filter (see `matches`); a record with a wrongly typed
+        field (records.type_problems: a hand edit, say) is skipped with a warning naming file:line."""
+        return [r for r in _read(self.path(kind), lock=True, check=True) if matches(r, **filters)]
 
     def errata(self) -> dict[str, str]:
         """Record id -> reason, from errata.jsonl: records found wrong after they were made. A record is
@@ -198,19 +200,42 @@ def _lines(data: bytes):
                 yield n, None, getattr(exc, "msg", str(exc))
 
 
-def _read(path: Path, warn: bool = True, lock: bool = False) -> list[dict]:
+_UNFIT: dict[tuple, dict[int, str]] = {}  # (path, size, mtime) -> line -> first problem, checked once per file state
+
+
+def _unfit(path: Path, data: bytes, parsed: list[tuple[int, dict]]) -> dict[int, str]:
+    """Lines whose record holds a wrongly typed field, each with its first problem (cached per file state)."""
+    from megalab.records import type_problems
+    try:
+        st = path.stat()
+        state = (str(path), len(data), st.st_mtime_ns, hashlib.sha1(data[-4096:]).hexdigest())
+    except OSError:
+        state = None
+    if state not in _UNFIT:
+        found = {n: problems[0] for n, obj in parsed if (problems := type_problems(obj))}
+        if state is None:
+            return found
+        _UNFIT.clear()
+        _UNFIT[state] = found
+    return _UNFIT[state]
+
+
+def _read(path: Path, warn: bool = True, lock: bool = False, check: bool = False) -> list[dict]:
     try:
         data = _read_locked(path) if lock else path.read_bytes()
     except FileNotFoundError:
         return []
-    out, bad = [], []
+    parsed, bad = [], []
     for n, obj, _ in _lines(data):
         if isinstance(obj, dict):
-            out.append(obj)
+            parsed.append((n, obj))
         else:
-            bad.append(n)
+            bad.append((n, "not a JSON object (a torn line)"))
+    unfit = _unfit(path, data, parsed) if check else {}
+    out = [obj for n, obj in parsed if n not in unfit]
+    bad = sorted(bad + list(unfit.items()))
     if bad and warn:
-        where = ", ".join(f"{path}:{n}" for n in bad[:10]) + (" ..." if len(bad) > 10 else "")
+        where = "; ".join(f"{path}:{n}: {why}" for n, why in bad[:10]) + (" ..." if len(bad) > 10 else "")
         warnings.warn(f"skipped {len(bad)} torn or invalid line(s) in the results store: {where}",
                       stacklevel=3)
     return out
