@@ -5,7 +5,7 @@
     megalab run  ... --dry-run            build the model shards on CPU (gloo), print parameters per rank
     megalab results --label tp2 [--json] [--import other/runs.jsonl]
     megalab presets | chapters                 what the flags --preset and the chapter names can be
-    megalab env | fit | parity | experiments | slurm | prepare-data | reproduce | bench
+    megalab peer | env | fit | parity | experiments | slurm | prepare-data | reproduce | bench
     megalab --version
 
 Exit codes: 0 done; 1 the run was recorded but did not finish ok (oom, failed, ...);
@@ -88,6 +88,24 @@ def cmd_run(ns) -> int:
         launch_kw.update(nnodes=ns.nnodes, node_rank=ns.node_rank, rdzv_endpoint=ns.rdzv_endpoint)
     result = run(cfg, mode=ns.mode, tags=ns.tag, timeout_s=ns.timeout, progress=not ns.json, quiet=ns.json,
                  launch_kw=launch_kw, profile=ns.profile)  # other lookups skip profiled records
+    return _show(result, ns)
+
+
+def cmd_peer(ns) -> int:
+    """The same configuration trained by Megatron-LM's pretrain_gpt.py (megalab.peer), recorded tagged "peer"."""
+    from megalab import peer
+    from megalab.results import run
+    cfg = peer.peer_config(_config(ns)).validate()
+    if ns.mode != "cached":
+        peer.source_dir(ns.megatron_lm)  # no checkout: say how to get one before anything starts
+    launch_kw = {"peer_dir": ns.megatron_lm} if ns.megatron_lm else None
+    result = run(cfg, mode=ns.mode, tags=ns.tag, timeout_s=ns.timeout, progress=False, quiet=ns.json,
+                 launch_kw=launch_kw)
+    return _show(result, ns)
+
+
+def _show(result, ns) -> int:
+    """A run's record as a short table (or JSON); the exit status says whether it trained."""
     if ns.json:
         print(_json({**result.record, "source": result.source}))
     else:
@@ -325,6 +343,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--node-rank", type=usage.count, default=0, help="this node's rank (node 0 records the result)")
     s.add_argument("--rdzv-endpoint", help="host:port of the rendezvous (node 0's address)")
 
+    s = cmd("peer", cmd_peer, "run a configuration with Megatron-LM's own pretrain_gpt.py (the peer)", True)
+    modes(s, default="live")
+    timeout(s)
+    tags(s, "the record")
+    s.add_argument("--json", action="store_true", help="print the record as JSON")
+    s.add_argument("--megatron-lm", metavar="PATH",
+                   help="Megatron-LM checkout at tag core_v0.16.1 (default $MEGATRON_LM, else .peer/Megatron-LM)")
+
     s = cmd("results", cmd_results, "list recorded results, or import records from another store file")
     s.add_argument("--label", help="keep labels containing this text")
     s.add_argument("--status", choices=STATUSES, help="keep this status")
@@ -402,6 +428,7 @@ def _errors():
     from megalab.data import BadCorpus
     from megalab.hardware import UnknownGPU
     from megalab.launch import InvalidSlurmOption, NotEnoughGPUs
+    from megalab.peer import PeerNotFound
     from megalab.reproduce import UnknownNotebook
     from megalab.results import NotRecorded
     from megalab.shapes import UnknownPreset
@@ -409,7 +436,7 @@ def _errors():
     from megalab.sweep import EmptyRange, ProbeFailed
     return ((InvalidLayout, EXIT_INVALID), (NotRecorded, EXIT_NOT_RECORDED), (ProbeFailed, EXIT_RUN_FAILED),
             ((NotEnoughGPUs, BadArgument, UnknownChapter, UnknownNotebook, UnknownGPU, UnknownPreset,
-              ImportRefused, InvalidSlurmOption, EmptyRange, BadCorpus), EXIT_INVALID))
+              ImportRefused, InvalidSlurmOption, EmptyRange, BadCorpus, PeerNotFound), EXIT_INVALID))
 
 
 def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:

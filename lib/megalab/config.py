@@ -77,6 +77,8 @@ class RunConfig:
     data: str | None = _f(None, "Megatron indexed dataset prefix; None = synthetic tokens")
     init: str = _f("layout_invariant", "weight init: identical across layouts, or Megatron's own",
                    ("layout_invariant", "megatron"))
+    runner: str = _f("megalab", "who trains: megalab's trainer, or Megatron-LM's own pretrain_gpt.py (the peer, "
+                               "megalab peer)", ("megalab", "megatron-lm"))
 
     def __post_init__(self):
         for f in dataclasses.fields(self):  # 1 and 1.0 must give the same key
@@ -127,8 +129,8 @@ class RunConfig:
             (self.dist_opt, "_distopt"), (self.overlap, "_overlap"),
             (self.recompute != "none", f"_rc-{self.recompute}"), (self.fp8, "_fp8"),
             (self.impl != "te", f"_{self.impl}"), (self.moe_dispatcher != "alltoall", f"_{self.moe_dispatcher}"),
-            (self.init != "layout_invariant", f"_init-{self.init}"), (self.dropout > 0, f"_drop{self.dropout:g}"),
-            (not self.compile, "_nocompile"),
+            (self.init != "layout_invariant" and self.runner == "megalab", f"_init-{self.init}"), (self.dropout > 0, f"_drop{self.dropout:g}"),
+            (not self.compile, "_nocompile"), (self.runner == "megatron-lm", "_peer"),
         ]
         return s + "".join(text for on, text in extras if on)
 
@@ -198,7 +200,7 @@ class RunConfig:
 
 _FIELDS = dataclasses.fields(RunConfig)
 _DEFAULTS = {f.name: f.default for f in _FIELDS}  # a field with a default_factory reads MISSING here
-_ADDED_AFTER_RECORDS = ("compile",)  # fields added after the first records were made
+_ADDED_AFTER_RECORDS = ("compile", "runner")  # fields added after the first records were made
 # their defaults: what a record made before the field existed ran with (records.to_frame fills them in)
 ADDED_FIELD_DEFAULTS = {name: _DEFAULTS[name] for name in _ADDED_AFTER_RECORDS}
 _FIELD_NAMES = {f.name for f in _FIELDS}

@@ -134,3 +134,13 @@ def fingerprint() -> dict:
         "hostname": socket.gethostname(),
         "cpu_count": os.cpu_count(),
     }
+
+
+def local_peak_tflops() -> float | None:
+    """Dense bf16 peak of this machine's GPU model (megalab.hardware); None without a GPU the table knows."""
+    from megalab import hardware
+    name, _ = local_gpus()
+    try:
+        return hardware.gpu_spec(name).peak_bf16_tflops if name else None
+    except hardware.UnknownGPU:
+        return None

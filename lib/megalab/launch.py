@@ -79,7 +79,7 @@ def _check_data(cfg) -> None:
 
 def torchrun_command(cfg, run_dir, nnodes: int = 1, node_rank: int = 0, rdzv_endpoint: str | None = None,
                      nproc_per_node: int | None = None, extra: Iterable[str] = (),
-                     rdzv_id: str | None = None) -> list[str]:
+                     rdzv_id: str | None = None, peer_dir: str | os.PathLike | None = None) -> list[str]:
     """The argv that starts this run: one node (--standalone) or one node of several (c10d rendezvous).
 
     torchrun is invoked as `sys.executable -m torch.distributed.run` so the same Python (and venv)
@@ -99,14 +99,17 @@ def torchrun_command(cfg, run_dir, nnodes: int = 1, node_rank: int = 0, rdzv_end
             rdzv_endpoint = f"{rdzv_endpoint}:{RDZV_PORT}"
         cmd += [f"--nnodes={nnodes}", f"--nproc_per_node={nproc_per_node}", f"--node-rank={node_rank}",
                 "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}", f"--rdzv-id={rdzv_id or cfg.key}"]
+    if cfg.runner == "megatron-lm":  # the peer: Megatron-LM's own script (megalab.peer)
+        from megalab import peer
+        return cmd + [str(peer.source_dir(peer_dir) / "pretrain_gpt.py"), *peer.args(cfg)]
     return cmd + ["-m", "megalab.train", *_config_args(cfg), "--run-dir", str(run_dir), *extra]
 
 
-def child_env(env: dict | None = None) -> dict:
-    """os.environ + `env`, with FORCED_ENV forced and lib/ first on PYTHONPATH."""
+def child_env(env: dict | None = None, first: Path = LIB_DIR) -> dict:
+    """os.environ + `env`, with FORCED_ENV forced and `first` (lib/, or the peer's checkout) first on PYTHONPATH."""
     out = {**os.environ, **(env or {}), **FORCED_ENV}
     path = [p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p]
-    out["PYTHONPATH"] = os.pathsep.join([str(LIB_DIR)] + [p for p in path if p != str(LIB_DIR)])
+    out["PYTHONPATH"] = os.pathsep.join([str(first)] + [p for p in path if p != str(first)])
     return out
 
 
@@ -190,7 +193,7 @@ def _kill_group(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
 def launch(cfg, runs_root=None, timeout_s: float = DEFAULT_TIMEOUT_S, progress: bool = True,
            dry_run: bool = False, env: dict | None = None, echo: bool = False, nnodes: int = 1,
            node_rank: int = 0, rdzv_endpoint: str | None = None, nproc_per_node: int | None = None,
-           extra: Iterable[str] = ()) -> RunOutcome:
+           extra: Iterable[str] = (), peer_dir: str | os.PathLike | None = None) -> RunOutcome:
     """Run the trainer for `cfg` and return its RunOutcome (never raises for a failed run).
 
     Raises InvalidLayout / NotEnoughGPUs before spawning when the run cannot start here. dry_run
@@ -204,14 +207,19 @@ def launch(cfg, runs_root=None, timeout_s: float = DEFAULT_TIMEOUT_S, progress: 
         check(cfg, (nproc_per_node or cfg.gpus // nnodes) if nnodes > 1 else None)
     run_dir = new_run_dir(cfg, runs_root)
     cmd = torchrun_command(cfg, run_dir, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
-                           nproc_per_node=nproc_per_node, extra=extra)
+                           nproc_per_node=nproc_per_node, extra=extra, peer_dir=peer_dir)
+    first = LIB_DIR
+    if cfg.runner == "megatron-lm":  # its megatron package (training + core of the same release) first
+        from megalab import peer
+        first = peer.source_dir(peer_dir)
+        env = {**peer.environment(cfg), **(env or {})}
     (run_dir / "config.json").write_text(cfg.to_json() + "\n")
     (run_dir / "command.txt").write_text(shlex.join(cmd) + "\n")
     bar = _Progress(cfg.iters, cfg.label, progress and not echo)
     timed_out = threading.Event()
     with open(run_dir / "log.txt", "w", encoding="utf-8") as log, \
             open(run_dir / "metrics.jsonl", "w", encoding="utf-8") as mfile:
-        child = {**child_env(env), "MEGALAB_LAUNCH_T": repr(time.time())}  # the trainer's startup_s starts here
+        child = {**child_env(env, first), "MEGALAB_LAUNCH_T": repr(time.time())}  # the trainer's startup_s starts here
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=child, start_new_session=True)
 
@@ -248,6 +256,10 @@ def launch(cfg, runs_root=None, timeout_s: float = DEFAULT_TIMEOUT_S, progress: 
                 pass
     text = (run_dir / "log.txt").read_text(encoding="utf-8")
     parsed = metrics.parse_log(text)
+    if cfg.runner == "megatron-lm":
+        from megalab import peer
+        from megalab.env import local_peak_tflops
+        parsed = peer.parse_log(text, cfg, local_peak_tflops())
     status, error = metrics.classify_failure(text, proc.returncode, timed_out.is_set())
     if status == "ok" and not dry_run and not parsed.steps and node_rank == 0:  # other nodes print no steps
         status, error = "failed", {"message": "the trainer exited 0 but reported no steps", "rank": None,

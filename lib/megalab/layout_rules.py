@@ -63,6 +63,11 @@ def problems(cfg, gpus_available=None, te_available=None, gpu_name=None) -> list
         add(f"dropout={c.dropout} must be in [0, 1)")
     if not (math.isfinite(c.lr) and c.lr > 0):
         add(f"lr={c.lr} must be a positive, finite learning rate (e.g. 3e-4)")
+    if c.runner == "megatron-lm":  # what pretrain_gpt.py cannot be told (megalab.peer maps the rest)
+        if c.init != "megatron":
+            add("the peer initialises weights its own way: set init='megatron' (megalab peer does)")
+        if not c.compile:
+            add("the peer always compiles its fused ops (Megatron-LM has no flag for eager): drop --no-compile")
     if out:
         return out + _machine(c, gpus_available, te_available)  # the arithmetic below needs valid sizes
     te = c.impl == "te"

@@ -118,6 +118,12 @@ def _live(cfg, store: Store, tags, timeout_s, progress, launch_kw=None) -> Resul
     launch_kw = launch_kw or {}
     outcome = launch.launch(cfg, timeout_s=timeout_s, progress=progress, **launch_kw)
     env = (outcome.parsed.summary or {}).get("env") if outcome.parsed else None
+    if cfg.runner == "megatron-lm":  # the peer prints no environment: this process fingerprints the host
+        from megalab import peer
+        from megalab.env import fingerprint
+        where = peer.source_dir(launch_kw.get("peer_dir"))
+        env = {**fingerprint(), "runner": f"Megatron-LM pretrain_gpt.py ({peer.release(where)})"}
+        tags = [*tags, "peer"]
     gpu = (env or {}).get("gpu_name") or _local_hardware()[0]
     record = make_record(cfg, outcome, predicted=_predict(cfg, gpu), env=env, git_commit=git_commit(),
                          tags=tags)

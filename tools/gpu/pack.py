@@ -84,7 +84,7 @@ def main(argv=None) -> int:
                 if args.hard_end:
                     timeout = max(30, min(timeout, args.hard_end - (time.time() - start)))
                 sub = ["run"] if flags[0].startswith("--") else [flags.pop(0)]  # e.g. "fit --vary mbs ..."
-                mode = "live" if sub == ["run"] else "auto"
+                mode = "live" if sub in (["run"], ["peer"]) else "auto"  # a timing repeats; fit/parity reuse
                 cmd = [sys.executable, "-m", "megalab", *sub, *flags, "--mode", mode,
                        "--timeout", f"{timeout:.0f}", *tags]
                 env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(map(str, mine))}
