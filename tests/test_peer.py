@@ -1,0 +1,103 @@
+"""megalab.peer: Megatron-LM's pretrain_gpt.py given the same RunConfig; its real logs parsed back.
+
+The logs in tests/data/peer/ were captured on one H200 (2026-11-24, Megatron-LM core_v0.16.1,
+TE 2.11.0) by tools/gpu/plans/peer-1gpu.txt."""
+
+import importlib.util
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from megalab import launch, peer, presets
+
+DATA = Path(__file__).parent / "data" / "peer"
+GPT12 = peer.peer_config(presets.get("gpt-1.2b").replace(mbs=8, gbs=8, dropout=0.1))
+
+
+def test_a_peer_config_is_its_own_record_and_old_keys_stand():
+    trainer = presets.get("gpt-1.2b").replace(mbs=8, gbs=8, dropout=0.1)
+    assert GPT12.label == trainer.label + "_peer" and GPT12.key != trainer.key
+    assert peer.trainer_config(GPT12) == trainer
+    assert GPT12.problems() == []
+    assert any("init='megatron'" in p for p in GPT12.replace(init="layout_invariant").problems())
+    assert any("always compiles" in p for p in GPT12.replace(compile=False).problems())
+
+
+def test_the_flags_say_the_same_model_layout_and_schedule():
+    cfg = peer.peer_config(presets.get("gpt-350m").replace(
+        gpus=4, pp=2, vpp=2, tp=2, sp=True, tied_embeddings=False, position="rope", norm="RMSNorm",
+        activation="swiglu", recompute="full", mbs=2, gbs=16, dist_opt=True, overlap=True))
+    a = peer.args(cfg)
+    flag = lambda name: a[a.index(name) + 1]  # noqa: E731
+    assert (flag("--num-layers"), flag("--tensor-model-parallel-size"), flag("--pipeline-model-parallel-size"),
+            flag("--num-virtual-stages-per-pipeline-rank")) == ("24", "2", "2", "2")  # chunks, not layers per chunk
+    assert int(flag("--vocab-size")) + 1 == cfg.vocab and cfg.vocab % (int(flag("--make-vocab-size-divisible-by")) * 2) == 0
+    assert {"--sequence-parallel", "--swiglu", "--disable-bias-linear", "--untie-embeddings-and-output-weights",
+            "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather", "--mock-data",
+            "--no-gradient-accumulation-fusion"} <= set(a)
+    assert flag("--recompute-granularity") == "full" and flag("--recompute-method") == "uniform"
+    assert flag("--hidden-dropout") == flag("--attention-dropout") == "0.0"
+    assert peer.environment(cfg) == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} and peer.environment(GPT12) == {}
+
+
+def test_the_launcher_starts_pretrain_gpt_with_these_flags(tmp_path):
+    (tmp_path / "pretrain_gpt.py").write_text("")
+    cmd = launch.torchrun_command(GPT12, tmp_path / "run", peer_dir=tmp_path)
+    assert cmd[cmd.index("--nproc_per_node=1") + 1] == str(tmp_path / "pretrain_gpt.py")
+    assert cmd[-len(peer.args(GPT12)):] == peer.args(GPT12)
+    recorded = shlex.split((DATA / "gpt-1.2b_mbs8_drop0.1_peer.command").read_text())  # what ran on the H200
+    assert recorded[recorded.index("--nproc_per_node=1") + 2:] == peer.args(GPT12)
+
+
+def test_no_checkout_says_how_to_get_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEGATRON_LM", str(tmp_path))
+    with pytest.raises(peer.PeerNotFound, match=r"git clone --depth 1 --branch core_v0.16.1"):
+        peer.source_dir()
+
+
+def test_a_real_peer_log_parses_into_megalab_steps():
+    parsed = peer.parse_log((DATA / "gpt-1.2b_mbs8_drop0.1_peer.log").read_text(), GPT12, 989.0)
+    assert [s["step"] for s in parsed.steps] == list(range(30))
+    first = parsed.steps[0]
+    assert first["step_time_s"] == pytest.approx(2.2461) and first["loss"] == pytest.approx(11.14299)
+    assert first["peer_tflops_per_gpu"] == 27.9 and first["mfu"] == pytest.approx(first["tflops_per_gpu"] / 989)
+    assert first["mem_reserved_peak_gib"] == pytest.approx(39390.0 / 1024)  # the later of its two reports
+    assert parsed.budget == {"kind": "budget", "peer_vocab": 51200, "peer_vocab_padding": 0}  # same embedding
+    steady = sorted(s["step_time_s"] for s in parsed.steps[3:])[len(parsed.steps[3:]) // 2]
+    assert 0.15 < steady < 0.3  # ~0.21 s on an H200
+
+
+def test_the_other_real_log_too():
+    cfg = peer.peer_config(presets.get("gpt-24l-2048").replace(mbs=8, gbs=16, dropout=0.1))
+    parsed = peer.parse_log((DATA / "gpt-24l-2048_mbs8_drop0.1_peer.log").read_text(), cfg)
+    assert len(parsed.steps) == 30 and parsed.steps[-1]["mfu"] is None
+    assert all(s["tokens_per_s"] == pytest.approx(16 * 2048 / s["step_time_s"]) for s in parsed.steps)
+
+
+@pytest.mark.skipif(not (Path(__file__).parents[1] / ".peer" / "Megatron-LM" / "pretrain_gpt.py").exists()
+                    or importlib.util.find_spec("triton") is None,
+                    reason="needs a Megatron-LM checkout in .peer/ and triton (Megatron-LM imports it)")
+def test_megatron_lm_reads_every_flag_as_meant(monkeypatch):
+    """Megatron-LM's own argparse and validate_args, on CPU, for layouts across the axes."""
+    import contextlib
+    import io
+    import torch
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / ".peer" / "Megatron-LM"))
+    import megatron.training.arguments as A
+    monkeypatch.setattr(A, "get_device_arch_version", lambda: 9)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    for c in (GPT12, presets.get("gpt-2.5b").replace(gpus=2, tp=2, sp=True, mbs=8, gbs=8),
+              presets.get("gpt-1.2b").replace(gpus=2, cp=2, seq=8192, mbs=1, gbs=1, cp_comm="a2a"),
+              presets.get("olmoe-like").replace(gpus=2, ep=2, mbs=1, gbs=4)):
+        c = peer.peer_config(c)
+        monkeypatch.setattr(sys, "argv", ["pretrain_gpt.py", *peer.args(c)])
+        for k, v in dict(RANK="0", WORLD_SIZE=str(c.gpus), LOCAL_RANK="0", **peer.environment(c)).items():
+            monkeypatch.setenv(k, v)
+        a = A.parse_args()
+        with contextlib.redirect_stdout(io.StringIO()):
+            A.validate_args(a)
+        assert (a.tensor_model_parallel_size, a.context_parallel_size, a.expert_model_parallel_size,
+                a.data_parallel_size, a.micro_batch_size, a.global_batch_size, a.seq_length, a.sequence_parallel,
+                a.num_experts) == (c.tp, c.cp, c.ep, c.dp, c.mbs, c.gbs, c.seq, c.sp, c.experts or None)
