@@ -250,3 +250,14 @@ def test_import_times_from_the_hosts_profile():
     assert 2.0 < t["torch"] < 6.0
     assert metrics.import_times(["noise", "import time:       514 |    9856107 | megatron.core"]) == \
         {"megatron.core": 9.856107}
+
+
+def test_nccl_allocation_failure_is_oom():
+    """A real fit probe on one H200 (gpt-1.2b, mbs 30): the GPU was full when NCCL asked for 4 bytes, and the
+    log says "NCCL error ... unhandled cuda error ... Failed to CUDA calloc async 4 bytes". Out of memory:
+    the fit must read it as "does not fit", not as a crash that says nothing about memory."""
+    text = (DATA / "log_nccl_alloc.txt").read_text()
+    status, error = metrics.classify_failure(text, 1, False)
+    assert status == "oom" and error["message"].startswith("CUDA out of memory")
+    assert "Failed to CUDA calloc" in error["detail"]
+    assert metrics.is_oom_text(text) and not metrics.is_oom_text((DATA / "log_nccl_timeout.txt").read_text())

@@ -135,8 +135,11 @@ def summarize(steps: list[dict]) -> dict:
 
 # -- failure classification ------------------------------------------------------------------------
 _PREFIX = re.compile(r"^\s*\[(?:default)?rank(\d+)\]:\s?")
+# NCCL allocates its own buffers: on a full GPU it fails with "Failed to CUDA calloc async 4 bytes" inside
+# an "unhandled cuda error" (tests/data/log_nccl_alloc.txt, a fit probe on one H200): out of memory, not NCCL
 _OOM = re.compile(r"OutOfMemoryError|CUDA out of memory|CUDA error: out of memory|"
-                  r"CUBLAS_STATUS_ALLOC_FAILED|Cuda failure 'out of memory'|cudaErrorMemoryAllocation")
+                  r"CUBLAS_STATUS_ALLOC_FAILED|Cuda failure 'out of memory'|cudaErrorMemoryAllocation|"
+                  r"Failed to CUDA (?:calloc|malloc|host alloc)")
 _NCCL = re.compile(r"Watchdog caught collective operation timeout|NCCL error|\bnccl[A-Z]\w*Error\b|"
                    r"DistBackendError|NCCL communicator was aborted|ProcessGroupNCCL.*(?:[Ww]atchdog|"
                    r"timed out|Timeout\(ms\)|aborted|Exception raised)")
@@ -151,6 +154,11 @@ _UNITS = {"KiB": 2**-20, "MiB": 2**-10, "GiB": 1.0, "TiB": 2**10, "KB": 2**-20, 
 _LOG_LINE = re.compile(r"^\[?[WEI]\d{4} |^Traceback|^\s*File ")  # glog-style lines of torch/NCCL
 _GLOG = re.compile(r"^\[[WEI]\d{4} [^\]]*\]\s*")
 _TORCHRUN_NOISE = ("ChildFailedError", "torch.distributed.elastic")
+
+
+def is_oom_text(text: str) -> bool:
+    """Does this error text say the GPU ran out of memory (PyTorch's allocator, cuBLAS or NCCL)?"""
+    return bool(_OOM.search(text))
 
 
 def _split(line: str) -> tuple[int | None, str]:

@@ -113,6 +113,7 @@ def profiler(run_dir: str):
 
 
 def is_oom(e: BaseException) -> bool:
-    """Out of GPU memory: PyTorch's allocator, or a library that allocates its own workspace (cuBLAS)."""
+    """Out of GPU memory: PyTorch's allocator, or a library that allocates its own buffers (cuBLAS, NCCL)."""
     import torch
-    return isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e) or "CUBLAS_STATUS_ALLOC_FAILED" in str(e)
+    from megalab.metrics import is_oom_text
+    return isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e) or is_oom_text(str(e))
