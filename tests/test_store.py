@@ -189,6 +189,10 @@ def _lines(path, *records):
     ({**_record(), "config": {**_record()["config"], "tp": "2"}}, r"'tp' should be int"),
     ({**_record(), "config": {**_record()["config"], "name": "../../etc"}}, r"name='../../etc'"),
     ({**_BENCH, "env": "H200"}, r"'env' should be an object"),
+    ({**_record(), "summary": {**_record()["summary"], "step_time_s": "fast"}}, r"summary 'step_time_s' should be"),
+    ({**_record(), "summary": {**_record()["summary"], "mfu": -0.3}}, r"summary 'mfu' should be"),
+    ({**_record(), "series": {**_record()["series"], "loss": [7.1, "x"]}}, r"series 'loss' should be"),
+    ({**_record(), "summary": {**_record()["summary"], "step_time_s": None}}, r"an ok run needs"),
 ])
 def test_import_refuses_the_whole_file_with_file_line_reasons(tmp_path, bad, reason):
     from megalab.store import ImportRefused

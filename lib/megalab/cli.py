@@ -11,13 +11,14 @@
 Exit codes: 0 done; 1 the run was recorded but did not finish ok (oom, failed, ...);
 2 the configuration cannot run here (invalid layout, not enough GPUs) or bad arguments (one line
 saying what to change, never a traceback); 3 no recorded result and no way to measure one (the
-message gives the command); 130 interrupted (Ctrl-C).
+message gives the command); 130 interrupted (Ctrl-C); 141 the reader of the output went away (`| head`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -25,6 +26,7 @@ from pathlib import Path
 from megalab import usage
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_INVALID, EXIT_NOT_RECORDED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_BROKEN_PIPE = 141   # 128 + SIGPIPE, as a shell reports a writer whose reader went away
 MODES = ("live", "cached", "auto")
 
 
@@ -469,6 +471,9 @@ def _guarded(command: str, func, ns) -> int:
     except KeyboardInterrupt:
         print(f"megalab {command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # the reader stopped reading (`megalab experiments ch01 | head`): not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit must not fail again
+        return EXIT_BROKEN_PIPE
     except Exception as exc:
         status = next((code for kinds, code in _errors() if isinstance(exc, kinds)), None)
         if status is None:

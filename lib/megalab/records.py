@@ -172,6 +172,37 @@ def _config_type_problems(config: dict) -> list[str]:
     return out
 
 
+_SUMMARY_TEXT, _SUMMARY_LISTS, _SUMMARY_MAPS = {"warmup_policy"}, {"mem_allocated_peak_gib_per_rank",
+                                                                   "mem_reserved_peak_gib_per_rank"}, {"startup_marks_s"}
+
+
+def _is_amount(v) -> bool:
+    """A measured amount: a finite, non-negative number (not a bool), or null where nothing was measured."""
+    import math
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0)
+
+
+def _measurement_problems(record: dict) -> list[str]:
+    """Values in `summary` and `series` that are not measured amounts (text, negative, NaN, ...): a chapter
+    computing a median or a ratio over them would crash, or quote nonsense, far from the cause."""
+    out, summary, series = [], record.get("summary"), record.get("series")
+    for name, v in (summary.items() if isinstance(summary, dict) else ()):
+        if name in _SUMMARY_TEXT:
+            ok = isinstance(v, str)
+        elif name in _SUMMARY_LISTS:
+            ok = isinstance(v, list) and all(_is_amount(x) for x in v)
+        elif name in _SUMMARY_MAPS:
+            ok = isinstance(v, dict) and all(_is_amount(x) for x in v.values())
+        else:
+            ok = _is_amount(v)
+        if not ok:
+            out.append(f"summary {name!r} should be a measured amount (a number >= 0, or null), not {json.dumps(v)[:40]}")
+    for name, v in (series.items() if isinstance(series, dict) else ()):
+        if not (isinstance(v, list) and all(_is_amount(x) for x in v)):
+            out.append(f"series {name!r} should be a list of numbers >= 0 (or nulls)")
+    return out
+
+
 def type_problems(record: dict) -> list[str]:
     """The fields a record holds with the wrong type (what the full schema check, record_problems, also
     finds); missing fields are not its concern. The store's readers skip such records: a sum or a label
@@ -181,7 +212,7 @@ def type_problems(record: dict) -> list[str]:
            for name, want in types.items() if name in record and
            (not isinstance(record[name], want) or isinstance(record[name], bool))]
     config = record.get("config")
-    return out + (_config_type_problems(config) if isinstance(config, dict) else [])
+    return out + (_config_type_problems(config) if isinstance(config, dict) else []) + _measurement_problems(record)
 
 
 def record_problems(record) -> list[str]:
@@ -216,6 +247,9 @@ def record_problems(record) -> list[str]:
     wrong = _config_type_problems(record["config"])
     if wrong:
         return out + wrong
+    out += _measurement_problems(record)
+    if record["status"] == "ok" and not record["summary"].get("step_time_s"):
+        out.append("an ok run needs summary 'step_time_s' > 0")
     if record["status"] != "invalid":
         out += [f"config: {p}" for p in cfg.problems()]
     if cfg.key != record["key"]:

@@ -17,7 +17,12 @@ SAFE_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9._,:+-]*")   # slurm partitions, a
 
 
 class Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors are one line (plus a pointer to --help), exit status 2."""
+    """An ArgumentParser whose usage errors are one line (plus a pointer to --help), exit status 2. Options
+    are taken by their whole name only: `--gpu H100` must not pass as an abbreviation of `--gpus`."""
+
+    def __init__(self, *args, **kw):
+        kw.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kw)
 
     def error(self, message: str):
         print(f"{self.prog}: error: {message}", file=sys.stderr)

@@ -17,6 +17,7 @@ FILES = {
     "a_file.txt": "not a results folder\n",
     "no_text.jsonl": '{"body": "hello"}\n',
     "corpus.jsonl": '{"text": "hello"}\n',
+    "bad_summary.jsonl": ("record", {"summary": {"step_time_s": "fast"}}),
 }
 
 TINY = ["--preset", "gpt-tiny"]
@@ -44,6 +45,7 @@ BAD_INPUTS = [
     (["plan", "--json", "extra"], r"megalab plan: error: unrecognized arguments: extra"),
     # -- run ------------------------------------------------------------------------------------------
     (["run", *TINY, "--mode", "fast"], r"argument --mode: invalid choice: 'fast'"),
+    (["run", *TINY, "--gpu", "H100"], r"unrecognized arguments: --gpu H100"),   # not an abbreviation of --gpus
     (["run", "--preset", "gpt-350m", "--mode", "cached", "--tp", "3", "--gpus", "2"],
      r"invalid configuration:\n  gpus=2 is not divisible by tp\*pp\*cp=3"),
     (["run", *TINY, "--mode", "auto", "--tp", "4", "--gpus", "2"], r"gpus=2 is not divisible by tp\*pp\*cp=4"),
@@ -68,6 +70,7 @@ BAD_INPUTS = [
     (["results", "--import", "{tmp}/missing.jsonl"], r"missing.jsonl: no such file"),
     (["results", "--import", "{tmp}/torn.jsonl"], r"torn.jsonl:1: not JSON"),
     (["results", "--import", "{tmp}/bad_status.jsonl"], r"bad_status.jsonl:2: status='great': pick one of"),
+    (["results", "--import", "{tmp}/bad_summary.jsonl"], r"bad_summary.jsonl:2: summary .step_time_s. should be a measured amount"),
     (["results", "--import", "{tmp}/bad_key.jsonl"], r"bad_key.jsonl:2: key '0+' is not its config's key"),
     (["results", "--import", "{tmp}/bad_config.jsonl"], r"bad_config.jsonl:2: config field 'tp' should be int"),
     (["results", "--import", "{tmp}/bad_name.jsonl"], r"bad_name.jsonl:2: config: name='../../etc'"),
@@ -110,6 +113,9 @@ BAD_INPUTS = [
     (["prepare-data", "--input", "{tmp}/corpus.jsonl", "--output-prefix", "{tmp}/out", "--tokenizer", "/no/such"],
      r"tokenizer '/no/such': pass 'byte' or the folder"),
     (["prepare-data", "--input", "x.jsonl"], r"the following arguments are required: --output-prefix"),
+    # -- peer -----------------------------------------------------------------------------------------
+    (["peer", *TINY, "--tp", "2", "--gpus", "3"], r"gpus=3 is not divisible by tp\*pp\*cp=2"),
+    (["peer", *TINY, "--megatron-lm", "{tmp}/nowhere"], r"nowhere"),
     # -- bench ----------------------------------------------------------------------------------------
     (["bench", "--gpus", "0"], r"megalab bench: error: argument --gpus: 0 is too small"),
     (["bench", "--nope"], r"megalab bench: error: unrecognized arguments: --nope"),
