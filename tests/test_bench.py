@@ -32,3 +32,22 @@ def test_best_bus_bandwidth_reads_the_records(tmp_path):
     assert bench.best_bus_bandwidth("all_reduce", 4, size_bytes=4 << 20, store=store) == 30.0   # nearest: 1 MiB
     with pytest.raises(NotRecorded, match="over 8 GPUs"):
         bench.best_bus_bandwidth("all_reduce", 8, store=store)
+
+
+def test_best_matmul_and_bus_bandwidth_of_one_gpu_model(tmp_path):
+    import json
+    from megalab.results import NotRecorded, Store
+    store = Store(tmp_path)
+    with open(store.path("bench"), "a") as f:
+        for gpu, tflops, bw in (("NVIDIA H200", 780.0, 330.0), ("NVIDIA H100 80GB HBM3", 700.0, 300.0)):
+            f.write(json.dumps({"kind": "bench", "bench": "matmul", "dtype": "bf16", "m": 8192, "tflops": tflops,
+                                "gpus": 1, "env": {"gpu_name": gpu}}) + "\n")
+            f.write(json.dumps({"kind": "bench", "bench": "nccl", "op": "all_reduce", "dtype": "bf16", "gpus": 2,
+                                "size_bytes": 1 << 30, "busbw_gbs": bw, "env": {"gpu_name": gpu}}) + "\n")
+    assert bench.best_matmul_tflops("bf16", gpu="H100", store=store) == 700.0
+    assert bench.best_matmul_tflops("bf16", store=store) == 780.0                    # any GPU model: the best
+    assert bench.best_bus_bandwidth("all_reduce", 2, store=store, gpu="H100") == 300.0
+    with pytest.raises(NotRecorded, match="no fp8 matmul record on H200"):
+        bench.best_matmul_tflops("fp8", gpu="H200", store=store)
+    with pytest.raises(NotRecorded, match="over 2 GPUs on A100"):
+        bench.best_bus_bandwidth("all_reduce", 2, store=store, gpu="A100")

@@ -24,6 +24,7 @@ def __getattr__(name):
         module, attr = _LAZY[name]
         return getattr(import_module(f"megalab.{module}"), attr)
     if name in {"presets", "theory", "results", "charts", "bench", "config", "widgets", "launch",
-                "metrics", "sweep", "env", "hardware", "store", "records", "chapters", "specs", "recording", "flags", "shapes"}:
+                "metrics", "sweep", "env", "hardware", "store", "records", "chapters", "specs", "recording", "flags", "shapes",
+                "search"}:
         return import_module(f"megalab.{name}")
     raise AttributeError(f"module 'megalab' has no attribute {name!r}")

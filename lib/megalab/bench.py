@@ -154,21 +154,43 @@ def load(kind: str | None = None, store=None):
     return df if kind is None else df[df["bench"] == kind].reset_index(drop=True)
 
 
+def _on_gpu(df, gpu: str | None):
+    """The rows recorded on one GPU model ("H200" matches "NVIDIA H200"); all rows when gpu is None."""
+    if gpu is None:
+        return df
+    from megalab.store import same_gpu_model
+    return df[df["gpu_name"].map(lambda name: same_gpu_model(name, gpu))]
+
+
 def best_bus_bandwidth(op: str = "all_reduce", gpus: int = 4, size_bytes: float | None = None,
-                       store=None) -> float:
+                       store=None, gpu: str | None = None) -> float:
     """Recorded NCCL bus bandwidth (GB/s) of `op` over `gpus` GPUs: the highest (the large-message rate),
     or, with `size_bytes`, the best one at the recorded message size nearest to it on a log scale
-    (small messages are latency-bound: chapter 00). Chapters turn bytes into seconds with it."""
+    (small messages are latency-bound: chapter 00). `gpu` keeps one GPU model's records ("H200").
+    Chapters turn bytes into seconds with it."""
     import math
-    df = load("nccl", store=store)
+    df = _on_gpu(load("nccl", store=store), gpu)
     rows = df[(df["op"] == op) & (df["gpus"] == gpus)]
     if rows.empty:
         from megalab.results import NotRecorded
-        raise NotRecorded(f"no NCCL {op} record over {gpus} GPUs: run `megalab bench --gpus {gpus}` on that host")
+        on = f" on {gpu}" if gpu else ""
+        raise NotRecorded(f"no NCCL {op} record over {gpus} GPUs{on}: run `megalab bench --gpus {gpus}` on that host")
     if size_bytes is not None:
         gap = rows["size_bytes"].map(lambda n: abs(math.log(n / size_bytes)))
         rows = rows[gap == gap.min()]
     return float(rows["busbw_gbs"].max())
+
+
+def best_matmul_tflops(dtype: str = "bf16", gpu: str | None = None, store=None) -> float:
+    """The highest recorded matmul rate (TFLOP/s) of `dtype` ("bf16" or "fp8"), over every square size:
+    the ceiling a large, well-shaped GEMM reaches on this GPU model (`gpu`, e.g. "H200")."""
+    df = _on_gpu(load("matmul", store=store), gpu)
+    rows = df[df["dtype"] == dtype]
+    if rows.empty:
+        from megalab.results import NotRecorded
+        on = f" on {gpu}" if gpu else ""
+        raise NotRecorded(f"no {dtype} matmul record{on}: run `megalab bench` on that host")
+    return float(rows["tflops"].max())
 
 
 def main(argv=None) -> int:

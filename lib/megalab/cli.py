@@ -73,9 +73,27 @@ def _config(ns):
 # -- subcommands -----------------------------------------------------------------------------------
 def cmd_plan(ns) -> int:
     from megalab import theory
+    if ns.search:
+        return _search(ns)
+    if ns.top is not None:
+        raise BadArgument(f"--top {ns.top} ranks the layouts of --search: add --search, or drop --top")
     cfg = _config(ns)
     plan = theory.plan(cfg, ns.gpu)
     print(_json(plan) if ns.json else f"{cfg.label}  (on {ns.gpu})\n{_table(plan)}")
+    return EXIT_OK
+
+
+def _search(ns) -> int:
+    """plan --search: the model's layouts on --gpus, fastest first; a layout flag given pins its axis."""
+    from megalab import search
+    from megalab.flags import config_from_args
+    cfg = config_from_args(ns)  # its layout is not validated: the search tries every layout
+    pinned = {axis: getattr(ns, axis) for axis in search.AXES if getattr(ns, axis, None) is not None}
+    found = search.search(cfg, cfg.gpus, gpu=ns.gpu, top=ns.top or 10, **pinned)
+    if ns.json:
+        print(_json({"summary": found.summary(), "candidates": found.frame().to_dict("records")}))
+    else:
+        print(found.table())
     return EXIT_OK
 
 
@@ -332,6 +350,10 @@ def build_parser() -> argparse.ArgumentParser:
     s = cmd("plan", cmd_plan, "predict parameters, memory, FLOPs, bubble and traffic of a configuration", True)
     s.add_argument("--gpu", type=_gpu_model, default="H200", help="GPU model to predict for (default H200)")
     s.add_argument("--json", action="store_true", help="print JSON")
+    s.add_argument("--search", action="store_true",
+                   help="rank every layout of the model on --gpus at --gbs and --seq by predicted step time "
+                        "(layout flags given pin their axis)")
+    s.add_argument("--top", type=usage.positive_int, help="with --search: how many layouts to print (default 10)")
 
     s = cmd("run", cmd_run, "run a configuration (live), or read its recorded result (cached)", True)
     modes(s)
