@@ -50,3 +50,30 @@ def test_gantt_without_labels_has_no_text():
     tasks = [{"row": "rank 0", "start_s": 0.0, "end_s": 0.5, "kind": "comm"}]
     fig = charts.gantt(tasks, row_title="rank")
     assert fig.data[0].text is None and list(fig.data[0].y) == ["rank 0"]
+
+
+def test_pipeline_schedule_panels_from_theory():
+    from megalab import theory
+    fig = charts.pipeline_schedule({"1F1B": theory.schedule(2, 4), "interleaved": theory.schedule(2, 4, 2, 0.5, 1.0)})
+    names = [t.name for t in fig.data]
+    assert names[:2] == ["forward, chunk 0", "backward, chunk 0"]       # 1F1B's one chunk is the others' chunk 0
+    assert fig.data[0].marker.color == fig.data[names.index("forward, chunk 0", 2)].marker.color
+    assert {"forward, chunk 1", "backward, chunk 1"} <= set(names)
+    assert [t.name for t in charts.pipeline_schedule({"1F1B": theory.schedule(2, 4)}).data] == ["forward", "backward"]
+    assert list(fig.layout.yaxis.categoryarray) == ["stage 0", "stage 1"]
+    first = fig.data[0]
+    assert list(first.text[:2]) == ["0", "1"] and first.base[0] == 0.0   # labelled by micro-batch
+    assert [a.text for a in fig.layout.annotations] == ["1F1B", "interleaved"]
+
+
+def test_pipeline_bubble_colour_per_p_dash_per_v_and_measured_markers():
+    rows = [dict(m=m, p=p, v=v, bubble=(p - 1) / (v * m)) for p in (2, 4) for v in (1, 2) for m in (4, 8)]
+    rows.append(dict(m=8, p=4, v=1, bubble=0.5, source="measured"))
+    fig = charts.pipeline_bubble(pd.DataFrame(rows))
+    lines = [t for t in fig.data if t.mode == "lines"]
+    assert [t.name for t in lines] == ["p = 2, v = 1", "p = 2, v = 2", "p = 4, v = 1", "p = 4, v = 2"]
+    assert lines[0].line.color == lines[1].line.color != lines[2].line.color
+    assert lines[0].line.dash == lines[2].line.dash == "solid" and lines[1].line.dash == "dash"
+    marks = [t for t in fig.data if t.mode == "markers"]
+    assert len(marks) == 1 and list(marks[0].y) == [0.5] and marks[0].marker.color == lines[2].line.color
+    assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.tickformat == ".0%"

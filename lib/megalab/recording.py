@@ -35,7 +35,7 @@ def is_recorded(item, store=None) -> bool:
     return True
 
 
-SOLO_SERIES = ("weak", "weak_large", "weak_mbs16", "strong")  # their 1-GPU points are scaling baselines: timed alone
+SOLO_SERIES = ("weak", "weak_large", "weak_mbs16", "strong", "one_stage")  # their 1-GPU points are scaling baselines: timed alone
 
 
 def _jobs(chapter: str, gpus: int, gpu: str, missing_only: bool, store, pending: bool = False) -> list[tuple]:
@@ -45,7 +45,7 @@ def _jobs(chapter: str, gpus: int, gpu: str, missing_only: bool, store, pending:
     from megalab.sweep import reference_of
     found = (chapters.pending if pending else chapters.runs)(chapter, gpus)
     jobs, refs = [], set()
-    solo_keys = {c.key for name in SOLO_SERIES for c in found.get(name, []) if c.gpus == 1}
+    solo_keys = {c.key for name in SOLO_SERIES for c in items(found.get(name, [])) if isinstance(c, RunConfig) and c.gpus == 1}
     seen = set()  # run keys and plan lines already planned
     for item in items(found):
         if (_gpu_of(item) or "H200") != gpu or (missing_only and is_recorded(item, store)):

@@ -135,7 +135,7 @@ def kernel_dir(root=None) -> Path:
 
 def _inputs_mtime(src: Path, root: Path) -> float:
     from megalab import results
-    deps = [src, *results.default_root().glob("*.jsonl"), *Path(__file__).parent.glob("*.py")]
+    deps = [src, *results.default_root().glob("*.jsonl"), *Path(__file__).parent.rglob("*.py")]  # chapters/, theory/ too
     return max(p.stat().st_mtime for p in deps if p.exists())
 
 

@@ -3,6 +3,9 @@
 The seed tutorial's OLMoE-like model (hidden 1024, 16 layers, seq 4096, top-8 of 64 experts, expert FFN
 1024) with Megatron Core's MoE layers, Transformer Engine's grouped GEMM and the auxiliary
 load-balancing loss; one sequence per micro-batch, 4 sequences per GPU per step.
+
+`runs` holds what the records answer (one GPU, and the EP 4 parity of moe-small); `pending` the runs
+queued for the chapter's next version (every multi-GPU layout, and profiled one-GPU steps).
 """
 
 from __future__ import annotations
@@ -11,31 +14,57 @@ from megalab import presets
 from megalab.specs import ITERS, PARITY_ITERS, Parity, Profiled, degrees
 
 EXPERTS = (64, 128, 256)   # the seed's rows: more experts at the same active compute
+PROFILE_ITERS = 10         # the profiler traces steps 5-7
+
+
+def _base(iters: int):
+    return presets.get("olmoe-like").replace(iters=iters, mbs=1, gbs=4)
+
+
+def _dense(base):
+    """A dense model whose MLP does what topk experts do per token (equal active compute)."""
+    return base.replace(name="olmoe-like-dense", experts=0, ffn=base.moe_ffn_size * base.topk)
 
 
 def runs(gpus: int = 2, iters: int = ITERS) -> dict:
-    """`gpus`: the most GPUs (EP degree) swept."""
-    base = presets.get("olmoe-like").replace(iters=iters, mbs=1, gbs=4)
-    ds = degrees(gpus)
-    top = ds[-1]
-    active = base.moe_ffn_size * base.topk   # a dense MLP doing what topk experts do per token
+    """What the records answer, whatever `gpus` is: the multi-GPU layouts are in `pending`."""
+    base = _base(iters)
     return {
         # 1. total vs active: the MoE model beside a dense model of equal active size, one GPU
-        "dense_equal_active": base.replace(name="olmoe-like-dense", experts=0, ffn=active),
+        "dense_equal_active": _dense(base),
+        # 3. more experts at the same active compute, one GPU (256: out of memory, recorded)
         "one_gpu": {n: base.replace(experts=n) for n in EXPERTS},
+        # 6. still correct: the recorded EP 4 parity of moe-small (local spec, lr 1e-4), both dispatchers
+        "parity": [Parity(presets.get("moe-small").replace(mbs=2, gbs=16, iters=PARITY_ITERS, lr=1e-4, gpus=4, ep=4,
+                                                          impl="local", moe_dispatcher=d)) for d in ("alltoall", "allgather")],
+    }
+
+
+def pending(gpus: int = 2, iters: int = ITERS) -> dict:
+    """Queued for the next version: `gpus` is the most GPUs (EP degree) swept."""
+    base = _base(iters)
+    ds = degrees(gpus)
+    top = ds[-1]
+    wide = lambda **kw: base.replace(gpus=top, gbs=4 * top, **kw)  # noqa: E731  4 sequences per GPU
+    out = {
+        # where a one-GPU MoE step's time goes (6 times its dense twin at equal FLOPs): kernel timelines
+        "profile_one_gpu": [Profiled(base.replace(iters=PROFILE_ITERS)), Profiled(_dense(base).replace(iters=PROFILE_ITERS))],
+    }
+    if top == 1:
+        return out
+    return out | {
         # 2. DP (experts replicated; distributed optimizer off and on) against EP = GPUs
         "dp": [base.replace(gpus=d, gbs=4 * d, dist_opt=o) for d in ds[1:] for o in (False, True)],
         "ep": [base.replace(gpus=d, gbs=4 * d, ep=d) for d in ds[1:]],
         # 3. more experts at the same active compute, with and without EP
-        "experts_ep": {n: base.replace(experts=n, gpus=top, gbs=4 * top, ep=top) for n in EXPERTS} if top > 1 else {},
-        "experts_dp": {n: base.replace(experts=n, gpus=top, gbs=4 * top, dist_opt=True) for n in EXPERTS}
-        if top > 1 else {},
-        # 4. the dispatchers, and expert tensor parallelism against EP
-        "dispatcher": [base.replace(gpus=top, gbs=4 * top, ep=top, moe_dispatcher=d) for d in ("alltoall", "allgather")]
-        if top > 1 else [],
-        "etp": [base.replace(gpus=top, gbs=4 * top, etp=top)] if top > 1 else [],
-        "profile": [Profiled(base.replace(gpus=top, gbs=4 * top, ep=top, iters=10))] if top > 1 else [],
-        # 6. still correct: the recorded EP 4 parity of moe-small (local spec, lr 1e-4), both dispatchers
-        "parity": [Parity(presets.get("moe-small").replace(mbs=2, gbs=16, iters=PARITY_ITERS, lr=1e-4, gpus=4, ep=4, impl="local",
-                                                          moe_dispatcher=d)) for d in ("alltoall", "allgather")],
+        "experts_ep": {n: wide(experts=n, ep=top) for n in EXPERTS},
+        "experts_dp": {n: wide(experts=n, dist_opt=True) for n in EXPERTS},
+        # 4. the dispatchers (across expert counts and top-k), and expert tensor parallelism against EP
+        "dispatcher": [wide(ep=top, moe_dispatcher=d) for d in ("alltoall", "allgather")],
+        "dispatcher_experts": {n: wide(experts=n, ep=top, moe_dispatcher="allgather") for n in EXPERTS[1:]},
+        "dispatcher_topk": [wide(topk=2, ep=top, moe_dispatcher=d) for d in ("alltoall", "allgather")],
+        "etp": [wide(etp=top)],
+        "profile": [Profiled(wide(ep=top, iters=PROFILE_ITERS))],
+        # 6. still correct: the chapter's own model at EP = GPUs against one GPU (lr as moe-small's parity)
+        "parity": [Parity(wide(ep=top, iters=PARITY_ITERS, lr=1e-4))],
     }

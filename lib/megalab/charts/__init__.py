@@ -17,7 +17,7 @@ Figures by kind, one module each; every public name is re-exported here, so note
     compare     choices side by side: grouped bars, the trade-off frontier
     spread      how measurements scatter: histogram against a target, step time across runs
     parity      loss curves against the reference inside a tolerance band
-    timeline    who runs when: kernels on CUDA streams, Gantt charts of pipeline stages or ranks
+    timeline    who runs when: kernels on CUDA streams, Gantt charts of pipeline stages or ranks, the bubble
     matrix      a matrix as coloured cells (tokens per expert per layer)
 """
 from megalab.charts._style import PALETTE, RENDERER, SYMBOLS, TEMPLATE, setup_notebook
@@ -28,7 +28,7 @@ from megalab.charts.machine import bandwidth_vs_size, half_bandwidth_size, hbm_v
 from megalab.charts.parity import loss_parity
 from megalab.charts.scaling import metric_vs, scaling
 from megalab.charts.spread import distribution, step_time_spread
-from megalab.charts.timeline import gantt, kernel_timeline
+from megalab.charts.timeline import gantt, kernel_timeline, pipeline_bubble, pipeline_schedule
 
 __all__ = [
     "PALETTE", "RENDERER", "SYMBOLS", "TEMPLATE", "PARTS", "setup_notebook",
@@ -38,6 +38,6 @@ __all__ = [
     "grouped_bars", "frontier",
     "distribution", "step_time_spread",
     "loss_parity",
-    "kernel_timeline", "gantt",
+    "kernel_timeline", "gantt", "pipeline_schedule", "pipeline_bubble",
     "heatmap",
 ]

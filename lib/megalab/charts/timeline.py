@@ -1,10 +1,13 @@
-"""Who runs what when: the kernels of one step on their CUDA streams, and Gantt charts of tasks on rows (stages, ranks)."""
+"""Who runs what when: the kernels of one step on their CUDA streams, Gantt charts of tasks on rows (stages,
+ranks), pipeline schedules, and the pipeline bubble against the number of micro-batches."""
 from __future__ import annotations
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from megalab.charts._style import PALETTE, TEMPLATE, _figure
+
+DASHES = ("solid", "dash", "dot", "dashdot", "longdash")
 
 
 def _add_spans(fig: go.Figure, spans: list[dict], kinds: list, unit: str, **bar) -> None:
@@ -65,6 +68,44 @@ def gantt(tasks, title: str = "Schedule", row_title: str = "stage",
         shown.add(trace.name)
     fig.update_xaxes(title_text=x_title, row=len(panels), col=1)
     return fig
+
+
+def pipeline_schedule(schedules: dict, title: str = "Pipeline schedule",
+                      x_title: str = "time (one micro-batch's forward through one stage = 1)") -> go.Figure:
+    """Pipeline schedules as Gantt charts on a shared time axis, one panel each ({panel title: tasks}):
+    `tasks` as theory.schedule returns them (stage, microbatch, chunk, kind "F"/"B", start, end). One
+    row per stage, forward and backward passes in their own colours (per chunk where a schedule has
+    several: the same chunk, the same colour in every panel), each bar labelled with its micro-batch; the
+    gaps are the bubble."""
+    chunked = any(t["chunk"] > 0 for tasks in schedules.values() for t in tasks)
+
+    def kind(t: dict) -> str:
+        name = "forward" if t["kind"] == "F" else "backward"
+        return f"{name}, chunk {t['chunk']}" if chunked else name
+
+    panels = {name: [dict(row=f"stage {t['stage']}", start_s=t["start"], end_s=t["end"], kind=kind(t),
+                          label=t["microbatch"]) for t in tasks] for name, tasks in schedules.items()}
+    return gantt(panels, title=title, row_title="", x_title=x_title)
+
+
+def pipeline_bubble(df, y: str = "bubble", title: str = "Pipeline bubble against the number of micro-batches",
+                    y_title: str = "bubble / ideal step") -> go.Figure:
+    """The bubble `y` against micro-batches m (log axis), one colour per pipeline size p and one dash per
+    chunk count v (solid: v = 1). `df` has columns m, p, v and `y`; rows whose optional `source` column
+    says "measured" are drawn as markers over the lines."""
+    fig = _figure(title, xaxis_title="micro-batches per step, m", yaxis_title=y_title, xaxis_type="log")
+    rows = df if "source" not in df else df[df["source"] != "measured"]
+    ps, vs = sorted(df["p"].unique()), sorted(df["v"].unique())
+    for (p, v), part in rows.groupby(["p", "v"], sort=True):
+        part = part.sort_values("m")
+        fig.add_scatter(x=part["m"], y=part[y], mode="lines", name=f"p = {p}, v = {v}",
+                        line=dict(color=PALETTE[ps.index(p) % len(PALETTE)], dash=DASHES[vs.index(v) % len(DASHES)]))
+    if "source" in df:
+        for (p, v), part in df[df["source"] == "measured"].groupby(["p", "v"], sort=True):
+            fig.add_scatter(x=part["m"], y=part[y], mode="markers", name=f"measured, p = {p}, v = {v}",
+                            marker=dict(size=11, color=PALETTE[ps.index(p) % len(PALETTE)], symbol="circle"))
+    fig.update_xaxes(tickvals=sorted(df["m"].unique()))
+    return fig.update_yaxes(tickformat=".0%")
 
 
 def _records(tasks) -> list[dict]:

@@ -10,7 +10,12 @@ from __future__ import annotations
 from megalab.theory.parameters import glu
 from megalab.theory.pipeline import layers_in_flight
 
-__all__ = ["attention_kind", "activation_terms", "activation_bytes_per_layer", "held_activation_bytes"]
+__all__ = ["SCORE_BYTES", "SCORE_BYTES_FP32_SOFTMAX", "attention_kind", "activation_terms",
+           "activation_bytes_per_layer", "bytes_per_score", "held_activation_bytes"]
+
+# Bytes kept per attention-score element (a·s² of them per sequence and layer), materialized attention:
+SCORE_BYTES = 5               # Korthikanti et al. 2022 §4.1: softmax output 2 + dropout mask 1 + dropout output 2
+SCORE_BYTES_FP32_SOFTMAX = 7  # Megatron's unfused softmax (no fused kernel) keeps its fp32 output: 4 + 1 + 2
 
 
 def attention_kind(cfg) -> str:
@@ -18,7 +23,8 @@ def attention_kind(cfg) -> str:
     return "flash" if cfg.impl == "te" else "materialized"
 
 
-def activation_terms(cfg, attention: str | None = None, recompute: str | None = None) -> dict:
+def activation_terms(cfg, attention: str | None = None, recompute: str | None = None,
+                     score_bytes: float = SCORE_BYTES) -> dict:
     """Activation bytes one layer keeps for one micro-batch on one GPU, term by term (sum: next function).
 
     Korthikanti et al. 2022 §4.1, per layer and in units of s·b·h bytes (bf16, dropout masks 1 byte):
@@ -30,7 +36,8 @@ def activation_terms(cfg, attention: str | None = None, recompute: str | None = 
       scores      5·a·s/h   softmax output 2, its dropout mask 1, dropout output 2 (×a·s²·b); gone with
                        selective recompute, and never stored by fused (flash) attention
     The paper's 34 = 10 + 8 + 16. TP splits attention, mlp and scores t ways; CP divides s (s → s/cp).
-    Full recompute keeps only the layer input, 2·s·b·h (/t with SP), under "input".
+    Full recompute keeps only the layer input, 2·s·b·h (/t with SP), under "input". `score_bytes`: bytes
+    per score element (the paper's 5; SCORE_BYTES_FP32_SOFTMAX when the softmax runs unfused in fp32).
     """
     recompute = recompute or cfg.recompute
     h, a, g, t = cfg.hidden, cfg.heads, cfg.groups, cfg.tp
@@ -45,10 +52,11 @@ def activation_terms(cfg, attention: str | None = None, recompute: str | None = 
         mlp = 2 * (1 + glu(cfg)) * cfg.ffn_size / h
     materialized = (attention or attention_kind(cfg)) == "materialized" and recompute != "selective"
     return {"replicated": 10 * unit / sp, "attention": (4 + 4 * g / a) * unit / t, "mlp": mlp * unit / t,
-            "scores": 5 * a * s * cfg.seq * b / t if materialized else 0.0}
+            "scores": score_bytes * a * s * cfg.seq * b / t if materialized else 0.0}
 
 
-def activation_bytes_per_layer(cfg, attention: str | None = None, recompute: str | None = None) -> float:
+def activation_bytes_per_layer(cfg, attention: str | None = None, recompute: str | None = None,
+                               score_bytes: float = SCORE_BYTES) -> float:
     """Activation bytes one transformer layer keeps for one micro-batch on one GPU.
 
     Korthikanti et al. 2022, Table 2 (bf16, with dropout masks), per layer:
@@ -60,7 +68,16 @@ def activation_bytes_per_layer(cfg, attention: str | None = None, recompute: str
     The 24 generalises to 4 + 4g/a + 2(1+glu)·ffn/h (see `activation_terms`). Flash attention (TE)
     never stores the scores, as with selective recompute. `recompute` defaults to cfg.recompute.
     """
-    return sum(activation_terms(cfg, attention, recompute).values())
+    return sum(activation_terms(cfg, attention, recompute, score_bytes).values())
+
+
+def bytes_per_score(cfg, per_layer_bytes: float) -> float:
+    """Bytes per attention-score element that a measured per-layer activation size implies: what it
+    holds beyond the score-free terms of `activation_terms`, over the a·s²·b/t score elements of one
+    layer on one GPU (the paper counts 5; an unfused fp32 softmax keeps 7)."""
+    rest = activation_bytes_per_layer(cfg, "flash", "none")
+    elements = cfg.heads * (cfg.seq / cfg.cp) * cfg.seq * cfg.mbs / cfg.tp
+    return (per_layer_bytes - rest) / elements
 
 
 def held_activation_bytes(cfg, stage: int = 0, attention: str | None = None) -> float:

@@ -10,8 +10,9 @@ from __future__ import annotations
 from megalab.theory.activations import attention_kind, held_activation_bytes
 from megalab.theory.flops import spec
 from megalab.theory.parameters import stage_params
+from megalab.theory.pipeline import layers_in_flight
 
-__all__ = ["memory", "model_state_bytes", "zero_memory"]
+__all__ = ["memory", "memory_per_stage", "model_state_bytes", "zero_memory"]
 
 GIB = 2**30
 WEIGHT_BYTES = 2  # bf16 parameters
@@ -68,3 +69,21 @@ def zero_memory(params: float, dp: int, stage: int, k: float = 12) -> float:
     if stage not in per_stage:
         raise ValueError(f"ZeRO stage={stage}: use 0, 1, 2 or 3")
     return per_stage[stage]
+
+
+def memory_per_stage(cfg) -> list[dict]:
+    """Predicted GiB on one GPU of each pipeline stage, by kind (theory.memory reports only the largest).
+
+    Model state from `footprint.model_state_bytes` (the embedding on the first stage, the output layer
+    on the last), activations from `activations.held_activation_bytes` (the first stage holds the most
+    micro-batches in flight).
+    """
+
+    rows = []
+    for stage in range(cfg.pp):
+        w, g, o = model_state_bytes(cfg, stage)
+        act = held_activation_bytes(cfg, stage)
+        rows.append({"stage": stage, "weights": w / GIB, "grads": g / GIB, "optimizer": o / GIB,
+                     "activations": act / GIB, "total": (w + g + o + act) / GIB,
+                     "layers_in_flight": layers_in_flight(cfg, stage)})
+    return rows
