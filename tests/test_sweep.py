@@ -50,6 +50,49 @@ def test_fit_bisects(fake_run, limit, expected):
         assert table.loc[table["mbs"] == expected, "status"].item() == "ok"
 
 
+def _recorded_then_live(fake_run, recorded: dict, limit: int):
+    """A store that holds `recorded` ({mbs: status}); anything else runs live and fits up to `limit`."""
+    def answer(cfg, n):
+        mode = calls[-1][1]
+        if mode == "cached":
+            if cfg.mbs not in recorded:
+                raise results.NotRecorded(f"no record of mbs {cfg.mbs}")
+            return _result(cfg, recorded[cfg.mbs], source="cached")
+        return _result(cfg, "ok" if cfg.mbs <= limit else "oom")
+    calls = fake_run(answer)
+    return calls
+
+
+def test_fit_starts_from_the_recorded_probes(fake_run):
+    calls = _recorded_then_live(fake_run, {20: "ok", 24: "ok", 30: "oom", 28: "nccl_error"}, limit=26)
+    out = sweep.fit(CFG, "mbs", 20, 34, mode="auto")
+    assert out.largest == 26
+    ran = [c.mbs for c, mode, *_ in calls if mode != "cached"]
+    assert ran == [27, 25, 26]   # only between 24 (fits) and 30 (does not); 28's unsettled record answers nothing
+    assert {20, 24, 30} <= set(out.table["mbs"])                # the recorded probes are in the table
+
+
+def test_a_moved_window_still_finds_its_answer_in_the_records(fake_run):
+    """Theory's prediction improved, so the window moved: the recorded bracket (59392 fits, 61440 does
+    not) lies inside the new window, and cached mode answers without a record at either new edge."""
+    cfg = CFG.replace(gpus=1, tp=1, mbs=1, gbs=1, seq=2048)
+    recorded = {59392: "ok", 61440: "oom", 57344: "ok"}
+
+    def answer(c, n):
+        if c.seq not in recorded:
+            raise results.NotRecorded(f"no record of seq {c.seq}")
+        return _result(c, recorded[c.seq], source="cached")
+    fake_run(answer)
+    out = sweep.fit(cfg, "seq", 53248, 65536, mode="cached", step=2048)
+    assert out.largest == 59392 and list(out.table["seq"]) == [57344, 59392, 61440]
+
+
+def test_live_fit_measures_again(fake_run):
+    calls = _recorded_then_live(fake_run, {24: "ok", 30: "oom"}, limit=26)
+    assert sweep.fit(CFG, "mbs", 20, 34, mode="live").largest == 26
+    assert not any(mode == "cached" for _, mode, *_ in calls)
+
+
 def test_fit_layers_respects_pipeline(fake_run):
     cfg = CFG.replace(gpus=4, tp=1, pp=4, layers=8)
     calls = fake_run(lambda c, n: _result(c, "ok" if c.layers <= 30 else "oom"))

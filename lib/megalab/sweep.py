@@ -88,6 +88,10 @@ def fit(cfg, vary: str = "mbs", lo: int = 1, hi: int = 64, mode: str = "auto", s
     Probes lo, then hi, then bisects: O(log n) runs. ok fits; oom (and an invalid layout) does not; any
     other status (a timeout, a crash) raises ProbeFailed, since it answers nothing: re-run that probe.
     Assumes fitting is monotone. `tags` are added to every probe's record.
+
+    Except in live mode, the probes already recorded inside the window come first: the largest that fit
+    and the smallest above it that did not bracket the answer, so only what lies between is probed (and
+    a window that moved, because theory's prediction improved, still finds the probes recorded before).
     """
     from megalab.results import run
 
@@ -96,8 +100,12 @@ def fit(cfg, vary: str = "mbs", lo: int = 1, hi: int = 64, mode: str = "auto", s
     if not values:
         raise EmptyRange(f"no multiple of {step} in [{lo}, {hi}]: widen the range (lo <= hi) or pass another step")
     out = FitResult(vary, None)
+    known = {} if mode == "live" else _recorded_probes(cfg, vary, values, store, run, run_kw.get("gpu"))
+    out.probes += sorted(known.items())
 
     def fits(i: int) -> bool:
+        if values[i] in known:
+            return known[values[i]].ok
         probe = with_value(cfg, vary, values[i]).validate()
         result = run(probe, mode=mode, tags=["fit", f"fit-{vary}", *tags], store=store, **run_kw)
         out.probes.append((values[i], result))
@@ -106,19 +114,42 @@ def fit(cfg, vary: str = "mbs", lo: int = 1, hi: int = 64, mode: str = "auto", s
                               f"it says nothing about memory; re-run it (megalab run ... --mode live)")
         return result.ok
 
-    if not fits(0):
-        return out
-    good, bad = 0, len(values)
-    if len(values) > 1:
-        if fits(len(values) - 1):
-            good = len(values) - 1
-        else:
-            bad = len(values) - 1
+    fit_at = [i for i, v in enumerate(values) if v in known and known[v].ok]
+    good = max(fit_at) if fit_at else None
+    above = [i for i, v in enumerate(values) if v in known and not known[v].ok and (good is None or i > good)]
+    bad = min(above) if above else None
+    if good is None:
+        if bad == 0 or not fits(0):
+            return out
+        good = 0
+    if bad is None:
+        bad = len(values)
+        if good < len(values) - 1:
+            if fits(len(values) - 1):
+                good = len(values) - 1
+            else:
+                bad = len(values) - 1
     while bad - good > 1:
         mid = (good + bad) // 2
         good, bad = (mid, bad) if fits(mid) else (good, mid)
     out.largest = values[good]
     return out
+
+
+def _recorded_probes(cfg, vary: str, values: list[int], store, run, gpu: str | None) -> dict:
+    """{value: Result} of the probes the store already settles (ok, oom, invalid) among `values`, on
+    GPU model `gpu` when given (an 80 GB card's probes say nothing about a 141 GB one)."""
+    from megalab.config import InvalidLayout
+    from megalab.results import NotRecorded
+    known = {}
+    for v in values:
+        try:
+            result = run(with_value(cfg, vary, v), mode="cached", store=store, quiet=True, gpu=gpu)
+        except (NotRecorded, InvalidLayout):
+            continue
+        if result.status in ("ok", "oom", "invalid"):
+            known[v] = result
+    return known
 
 
 # -- parity ----------------------------------------------------------------------------------------
