@@ -112,8 +112,9 @@ def test_zero_rajbhandari_fig1():
 
 
 def test_activations_korthikanti_table2():
-    """Korthikanti et al. 2022, Table 2, per layer in units of s·b·h (GPT-3 175B, t = 8)."""
-    cfg = GPT3.replace(tp=8, gpus=8, impl="local")
+    """Korthikanti et al. 2022, Table 2, per layer in units of s·b·h (GPT-3 175B, t = 8; trained with
+    dropout, whose 1-byte masks are in the 34)."""
+    cfg = GPT3.replace(tp=8, gpus=8, impl="local", dropout=0.1)
     sbh, t, a, s, h = 2048 * 1 * 12288, 8, 96, 2048, 12288
     unit = lambda **kw: theory.activation_bytes_per_layer(cfg.replace(**kw), "materialized") / sbh
     assert unit(tp=1, gpus=1) == pytest.approx(34 + 5 * a * s / h)
@@ -124,6 +125,17 @@ def test_activations_korthikanti_table2():
     assert unit(recompute="full") == pytest.approx(2)
     # §5 / Fig. 7: sequence parallelism + selective recomputation cut activations ~5× versus TP alone
     assert unit() / unit(sp=True, recompute="selective") == pytest.approx(5, rel=0.1)
+
+
+def test_without_dropout_no_masks_are_kept():
+    """At dropout 0 PyTorch's dropout returns its input: the two 1-byte hidden-dropout masks of Table 2's
+    34 are not kept (34 -> 32 units of s·b·h per layer), and SP splits the 8 that remain."""
+    cfg = GPT3.replace(impl="te")
+    sbh = 2048 * 12288
+    with_dropout = theory.activation_bytes_per_layer(cfg.replace(dropout=0.1)) / sbh
+    assert with_dropout == pytest.approx(34) and theory.activation_bytes_per_layer(cfg) / sbh == pytest.approx(32)
+    sp = cfg.replace(tp=8, gpus=8, sp=True)
+    assert theory.activation_terms(sp)["replicated"] / sbh == pytest.approx(8 / 8)
 
 
 def test_flash_attention_drops_scores():

@@ -29,12 +29,15 @@ def activation_terms(cfg, attention: str | None = None, recompute: str | None = 
 
     Korthikanti et al. 2022 §4.1, per layer and in units of s·b·h bytes (bf16, dropout masks 1 byte):
       replicated  10   layernorm inputs 4, QKV and MLP inputs 2 + 2, two dropout masks 1 + 1:
-                       kept whole on every TP rank; SP splits them t ways (§4.2.2)
+                       kept whole on every TP rank; SP splits them t ways (§4.2.2). Without dropout
+                       (cfg.dropout == 0) no mask is kept (PyTorch's dropout returns its input at p = 0): 8
       attention   4 + 4g/a   Q, K, V for QKᵀ and softmax·V, output-projection input (MHA: 8)
       mlp         2(1+glu)·ffn/h   fc1 output and activation output (GPT, ffn = 4h: 16);
                        MoE: topk copies of each token's expert MLP plus its dispatched input
       scores      5·a·s/h   softmax output 2, its dropout mask 1, dropout output 2 (×a·s²·b); gone with
-                       selective recompute, and never stored by fused (flash) attention
+                       selective recompute, and never stored by fused (flash) attention. Kept at 5 without
+                       dropout too: the mask and dropout output go, but Megatron's unfused softmax (no fused
+                       kernel) then keeps its fp32 output and a bf16 copy (4 + 2), so 5 is the middle guess
     The paper's 34 = 10 + 8 + 16. TP splits attention, mlp and scores t ways; CP divides s (s → s/cp).
     Full recompute keeps only the layer input, 2·s·b·h (/t with SP), under "input". `score_bytes`: bytes
     per score element (the paper's 5; SCORE_BYTES_FP32_SOFTMAX when the softmax runs unfused in fp32).
@@ -51,7 +54,8 @@ def activation_terms(cfg, attention: str | None = None, recompute: str | None = 
     else:
         mlp = 2 * (1 + glu(cfg)) * cfg.ffn_size / h
     materialized = (attention or attention_kind(cfg)) == "materialized" and recompute != "selective"
-    return {"replicated": 10 * unit / sp, "attention": (4 + 4 * g / a) * unit / t, "mlp": mlp * unit / t,
+    replicated = 10 if cfg.dropout > 0 else 8  # two dropout masks of 1 byte per element, when dropout is on
+    return {"replicated": replicated * unit / sp, "attention": (4 + 4 * g / a) * unit / t, "mlp": mlp * unit / t,
             "scores": score_bytes * a * s * cfg.seq * b / t if materialized else 0.0}
 
 
@@ -59,7 +63,7 @@ def activation_bytes_per_layer(cfg, attention: str | None = None, recompute: str
                                score_bytes: float = SCORE_BYTES) -> float:
     """Activation bytes one transformer layer keeps for one micro-batch on one GPU.
 
-    Korthikanti et al. 2022, Table 2 (bf16, with dropout masks), per layer:
+    Korthikanti et al. 2022, Table 2 (bf16, with dropout masks; without dropout the 34 is 32), per layer:
       no parallelism          s·b·h·(34 + 5·a·s/h)
       TP                      s·b·h·(10 + 24/t + 5·a·s/(h·t))
       TP + SP                 s·b·h/t·(34 + 5·a·s/h)
@@ -92,8 +96,8 @@ def held_activation_bytes(cfg, stage: int = 0, attention: str | None = None) -> 
     total = activation_bytes_per_layer(cfg, attention) * held
     if cfg.recompute == "full":  # backward re-runs one layer at a time: its full activations, once
         total += activation_bytes_per_layer(cfg, attention, recompute="none")
-    if stage == 0:  # Megatron: token ids (int64) + embedding dropout mask, per micro-batch in flight
-        total += (8 * s * b + s * b * cfg.hidden / sp) * held / (cfg.layers / cfg.pp)
+    if stage == 0:  # Megatron: token ids (int64) + embedding dropout mask (with dropout), per micro-batch in flight
+        total += (8 * s * b + (s * b * cfg.hidden / sp if cfg.dropout > 0 else 0)) * held / (cfg.layers / cfg.pp)
     if stage == cfg.pp - 1:  # fp32 logits over the vocab shard + final norm output, one micro-batch
         total += 4 * s * b * cfg.vocab / t + 4 * s * b * cfg.hidden / sp
     return total
