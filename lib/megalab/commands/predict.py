@@ -1,0 +1,56 @@
+"""`megalab plan` and `megalab presets`: what theory says about a configuration before anything runs."""
+
+from __future__ import annotations
+
+from megalab.commands._answer import EXIT_OK, BadArgument, _config, _json, _table
+
+
+def cmd_plan(ns) -> int:
+    from megalab import theory
+    if ns.search:
+        return _search(ns)
+    if ns.top is not None:
+        raise BadArgument(f"--top {ns.top} ranks the layouts of --search: add --search, or drop --top")
+    cfg = _config(ns)
+    plan = theory.plan(cfg, ns.gpu)
+    print(_json(plan) if ns.json else f"{cfg.label}  (on {ns.gpu})\n{_table(plan)}")
+    return EXIT_OK
+
+
+def _search(ns) -> int:
+    """plan --search: the model's layouts on --gpus, fastest first; a layout flag given pins its axis."""
+    from megalab import search
+    from megalab.flags import config_from_args
+    cfg = config_from_args(ns)  # its layout is not validated: the search tries every layout
+    pinned = {axis: getattr(ns, axis) for axis in search.AXES if getattr(ns, axis, None) is not None}
+    found = search.search(cfg, cfg.gpus, gpu=ns.gpu, top=ns.top or 10, **pinned)
+    if ns.json:
+        print(_json({"summary": found.summary(), "candidates": found.frame().to_dict("records")}))
+    else:
+        print(found.table())
+    return EXIT_OK
+
+
+def cmd_presets(ns) -> int:
+    from megalab import presets, theory
+    rows = []
+    for name in presets.names():
+        cfg = presets.get(name)
+        rows.append({"preset": name, "params": theory.params(cfg)["total"], "layers": cfg.layers,
+                     "hidden": cfg.hidden, "heads": cfg.heads, "seq": cfg.seq, "experts": cfg.experts,
+                     "source": presets.source(name)})
+    if ns.json:
+        print(_json(rows))
+        return EXIT_OK
+    print(f"{'preset':<14}{'params':>9}{'layers':>7}{'hidden':>7}{'heads':>6}{'seq':>6}{'experts':>8}  source")
+    for r in rows:
+        print(f"{r['preset']:<14}{_si(r['params']):>9}{r['layers']:>7}{r['hidden']:>7}{r['heads']:>6}{r['seq']:>6}"
+              f"{r['experts']:>8}  {r['source']}")
+    return EXIT_OK
+
+
+def _si(n: float) -> str:
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g}{unit}"
+    return str(n)
