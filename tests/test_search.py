@@ -133,3 +133,23 @@ def test_cli_prints_the_ranked_table(store, capsys):
     assert cli.main([*argv, "--tp", "2", "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert len(shown["candidates"]) == 4 and all("TP(2)" in c["layout"] for c in shown["candidates"])
+
+
+def test_a_calibrated_model_ranks_when_given(store, tmp_path):
+    """model= ranks by the model's predict(cfg); without it the ranking is the roofline's, unchanged."""
+    from test_calibration import _synthetic
+
+    from megalab import calibration
+    cal = calibration.calibrate(_synthetic(tmp_path / "records"))
+    found = search.search(GPT8, 2, gbs=32, seq=2048, top=20, store=store, model=cal)
+    for c in found:
+        est = cal.predict(c.cfg)
+        assert c.step_s == est["total_s"] and c.comm_by_axis_s == est["comm_by_axis_s"]
+        assert c.other_s == {"host": est["host_s"], "optimizer": est["optimizer_s"]}
+    assert [c.step_s for c in found] == sorted(c.step_s for c in found)
+    assert found.rates == cal.summary() and found.table().splitlines()[1] == search.CALIBRATED
+    assert {"host_s", "optimizer_s"} <= set(found.frame().columns)
+    plain = search.search(GPT8, 2, gbs=32, seq=2048, top=20, store=store)
+    assert plain.caveat == search.CAVEAT and "host_s" not in plain.frame().columns
+    with pytest.raises(ValueError, match="calibrated on H200, the search is for H100"):
+        search.search(GPT8, 2, gpu="H100", gbs=32, seq=2048, store=store, model=cal)

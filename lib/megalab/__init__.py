@@ -25,6 +25,6 @@ def __getattr__(name):
         return getattr(import_module(f"megalab.{module}"), attr)
     if name in {"presets", "theory", "results", "charts", "bench", "config", "widgets", "launch",
                 "metrics", "sweep", "env", "hardware", "store", "records", "chapters", "specs", "recording", "flags", "shapes",
-                "search"}:
+                "search", "calibration", "step_model"}:
         return import_module(f"megalab.{name}")
     raise AttributeError(f"module 'megalab' has no attribute {name!r}")

@@ -11,7 +11,8 @@ every micro-batch size dividing gbs/dp, recompute none/selective/full and the di
 there is a data-parallel group to shard over); dp = gpus/(tp·pp·cp). Nothing here decides what may run:
 `layout_rules.problems` refuses what Megatron would, `theory.memory` drops what is predicted not to fit,
 and `theory.step_time_estimate` ranks the rest, at the matmul rate and bus bandwidth recorded for the GPU
-model by `megalab bench` when the store has them, else at the datasheet's. Each candidate says why it is
+model by `megalab bench` when the store has them, else at the datasheet's; `model=calibration.calibrate()`
+ranks with the step-time model calibrated on the book's records instead. Each candidate says why it is
 not first: the term of its predicted step time (or memory) furthest above the best's.
 """
 
@@ -32,10 +33,13 @@ __all__ = ["AXES", "Candidate", "Ranking", "UnknownAxis", "search"]
 # pipeline only its bubble and expert tensor parallelism nothing
 CAVEAT = ("predicted by an uncalibrated roofline (a lower bound: recorded runs take several times longer; "
           "it favours pipelines at micro-batch 1): compare the top layouts by measuring them")
+CALIBRATED = ("predicted by the model named above (its error on records it was not fitted on, above): "
+              "compare the top layouts by measuring them")
 
 RECOMPUTE = ("none", "selective", "full")
 AXES = ("tp", "pp", "vpp", "cp", "ep", "etp", "sp", "mbs", "recompute", "dist_opt")  # what the search varies
 _COMM = ("tp", "dp", "cp", "pp", "ep")  # theory.comm_bytes_per_step's axes
+_OTHER = {"host": "host overhead", "optimizer": "optimizer step"}  # further terms a model= may predict
 
 
 class UnknownAxis(ValueError):
@@ -58,6 +62,7 @@ class Candidate:
     measured_s: float | None   # its step time (newest such record), for prediction against measurement
     why: str                   # why it is not first: "bubble +12 ms"; "" for the first
     comm_by_axis_s: dict = field(repr=False)
+    other_s: dict = field(default_factory=dict, repr=False)  # a model's further terms: {"host": s, "optimizer": s}
 
     @property
     def layout(self) -> str:
@@ -83,7 +88,8 @@ class Ranking:
     invalid: int               # refused by layout_rules.problems (Megatron would not start them)
     too_big: int               # valid, but theory.memory predicts more than the GPU holds
     ranked: int                # valid and fitting (candidates holds the first `top` of them)
-    rates: str                 # where the matmul rate and the bus bandwidth come from
+    rates: str                 # where the matmul rate and the bus bandwidth come from (or which model ranked)
+    caveat: str = CAVEAT       # what the ranking's predictions are worth, printed above the table
 
     def __iter__(self) -> Iterator[Candidate]:
         return iter(self.candidates)
@@ -102,13 +108,15 @@ class Ranking:
 
     def frame(self):
         """A pandas DataFrame, one row per candidate: rank, label, layout, mbs, recompute, dist_opt, the
-        predicted split (step_s, compute_s, bubble_s, comm_s), mem_gib, mfu, measured, measured_s, why, key."""
+        predicted split (step_s, compute_s, bubble_s, comm_s), mem_gib, mfu, measured, measured_s, why, key;
+        and host_s, optimizer_s when a model= predicted them."""
         import pandas as pd
         return pd.DataFrame([{
             "rank": c.rank, "label": c.cfg.label, "layout": c.layout, "mbs": c.cfg.mbs, "recompute": c.cfg.recompute,
             "dist_opt": c.cfg.dist_opt, "step_s": c.step_s, "compute_s": c.compute_s, "bubble_s": c.bubble_s,
             "comm_s": c.comm_s, "mem_gib": c.mem_gib, "mfu": c.mfu, "measured": c.measured,
-            "measured_s": c.measured_s, "why": c.why, "key": c.cfg.key} for c in self.candidates])
+            "measured_s": c.measured_s, "why": c.why, "key": c.cfg.key,
+            **{f"{k}_s": v for k, v in c.other_s.items()}} for c in self.candidates])
 
     def table(self) -> str:
         """The summary line, then a compact text table of the candidates (what `megalab plan --search` prints)."""
@@ -122,7 +130,7 @@ class Ranking:
             rows = [f"no layout of {self.model} is predicted to fit on {self.gpus}x {self.gpu}: add GPUs, "
                     f"or lower gbs or seq"]
             return "\n".join([self.summary(), *rows])
-        return "\n".join([self.summary(), CAVEAT, head, *rows])
+        return "\n".join([self.summary(), self.caveat, head, *rows])
 
 
 def _measured(c: Candidate) -> str:
@@ -235,11 +243,23 @@ def _why(c: dict, best: dict) -> str:
     terms[f"recompute +{extra:.0%} FLOPs" if extra > 0 else "compute"] = compute
     for axis, name in _comm_names(c["cfg"]).items():
         terms[name] = c["comm_by_axis_s"][axis] - best["comm_by_axis_s"][axis]
+    for name, s in c.get("other_s", {}).items():  # a model's further terms (host overhead, optimizer)
+        terms[_OTHER.get(name, name)] = s - best.get("other_s", {}).get(name, 0.0)
     name, worst = max(terms.items(), key=lambda kv: kv[1])
     if worst > 1e-9:
         return f"{name} ({ms(worst)})" if name.startswith("recompute") else f"{name} {ms(worst)}"
     more = c["mem_gib"] - best["mem_gib"]
     return f"same time, needs {more:.1f} GiB more" if more > 0.05 else "ties with #1"
+
+
+def _modelled(cfg: RunConfig, model) -> dict:
+    """`model.predict(cfg)`'s split as the search keeps it: comm_by_axis_s (its axes, others 0) and its
+    host and optimizer terms, where it has them."""
+    est = model.predict(cfg)
+    by_axis = {a: 0.0 for a in _COMM} | dict(est.get("comm_by_axis_s") or {})
+    other = {k: est[f"{k}_s"] for k in _OTHER if f"{k}_s" in est}
+    return {"cfg": cfg, "step_s": est["total_s"], "compute_s": est["compute_s"], "bubble_s": est["bubble_s"],
+            "comm_s": est["comm_s"], "mfu": est["mfu"], "comm_by_axis_s": by_axis, "other_s": other}
 
 
 def _score(cfg: RunConfig, gpu: str, tflops, bw) -> dict:
@@ -254,7 +274,7 @@ def _score(cfg: RunConfig, gpu: str, tflops, bw) -> dict:
 
 
 def search(model_cfg: RunConfig, gpus: int, gpu: str = "H200", gbs: int | None = None, seq: int | None = None,
-           top: int | None = 10, store=None, **limits) -> Ranking:
+           top: int | None = 10, store=None, model=None, **limits) -> Ranking:
     """Every layout of `model_cfg`'s model on `gpus` GPUs of model `gpu` at global batch `gbs` and sequence
     `seq` (default: the config's), ranked by predicted step time; the best `top` (None: all) as a Ranking.
 
@@ -262,6 +282,9 @@ def search(model_cfg: RunConfig, gpus: int, gpu: str = "H200", gbs: int | None =
     `dist_opt=True` (axes: AXES). The model's other fields (impl, fp8, overlap, cp_comm, dispatcher ...) are
     kept as given. Equal predicted times rank the smaller memory first, then the layout's numbers in order.
     `store` (default: the results store) gives the measured rates and marks layouts it holds a record of.
+    `model` (default: the roofline, theory.step_time_estimate) ranks with any object whose `predict(cfg)`
+    returns step_time_estimate's split (compute_s, bubble_s, comm_s, total_s, mfu; optionally
+    comm_by_axis_s, host_s, optimizer_s), such as calibration.calibrate()'s, made for the same GPU model.
     Raises InvalidLayout when the model itself cannot run (whatever the layout), UnknownAxis for a limit
     on something the search does not vary.
     """
@@ -278,8 +301,16 @@ def search(model_cfg: RunConfig, gpus: int, gpu: str = "H200", gbs: int | None =
     if found:  # the model, not a layout, is wrong: no layout would run
         raise InvalidLayout("\n".join(found))
     name = spec(gpu).name
+    if model is not None and getattr(model, "gpu", name) != name:
+        raise ValueError(f"the model was calibrated on {model.gpu}, the search is for {name}: "
+                         f"calibrate on {name} (calibration.calibrate(gpu={name!r}))")
     store = _store(store)
-    tflops, bw, rates = _rates(name, "fp8" if base.fp8 else "bf16", gpus, store)
+    if model is None:
+        tflops, bw, rates = _rates(name, "fp8" if base.fp8 else "bf16", gpus, store)
+        score, caveat = (lambda cfg: _score(cfg, name, tflops, bw)), CAVEAT
+    else:
+        rates = model.summary() if hasattr(model, "summary") else f"ranked by {type(model).__name__}"
+        score, caveat = (lambda cfg: _modelled(cfg, model)), CALIBRATED
     measured = _measured_index(store, name)
     enumerated = invalid = too_big = 0
     scored = []
@@ -292,7 +323,7 @@ def search(model_cfg: RunConfig, gpus: int, gpu: str = "H200", gbs: int | None =
         if not mem["fits"]:
             too_big += 1
             continue
-        scored.append({**_score(cfg, name, tflops, bw), "mem_gib": mem["total"]})
+        scored.append({**score(cfg), "mem_gib": mem["total"]})
     order = lambda s: (round(s["step_s"] * 1e6), round(s["mem_gib"], 3),  # noqa: E731
                        tuple(getattr(s["cfg"], a) for a in ("tp", "pp", "vpp", "cp", "ep", "etp", "mbs")),
                        s["cfg"].sp, RECOMPUTE.index(s["cfg"].recompute), s["cfg"].dist_opt)
@@ -302,4 +333,5 @@ def search(model_cfg: RunConfig, gpus: int, gpu: str = "H200", gbs: int | None =
         ms = measured.get(_loose_key(s["cfg"]), False)
         candidates.append(Candidate(rank=i + 1, why=_why(s, scored[0]) if i else "", measured=ms is not False,
                                     measured_s=ms or None, **s))
-    return Ranking(candidates, model_cfg.name, gpus, name, gbs, seq, enumerated, invalid, too_big, len(scored), rates)
+    return Ranking(candidates, model_cfg.name, gpus, name, gbs, seq, enumerated, invalid, too_big, len(scored), rates,
+                   caveat)
