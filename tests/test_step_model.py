@@ -47,3 +47,13 @@ def test_communication_counts_bytes_and_calls_per_axis():
     assert pp["pp_calls"] == 2 * 8 * 2 and pp["bubble"] == 0.5
     terms = step_model.combine(pp, C)
     assert terms["comm_by_axis_s"]["pp"] == pytest.approx(pp["pp_s"] + pp["pp_calls"] * 200e-6)
+
+
+def test_moe_layouts_of_any_ep_and_etp_are_priced():
+    """Expert tensor parallelism without EP (ep 1, etp 2) once divided by an all-to-all over one GPU."""
+    from megalab import calibration, presets, search
+    cal = calibration.for_search("H200")
+    for gpus in (2, 4):
+        found = search.search(presets.get("moe-small"), gpus, gbs=16, seq=2048, model=cal, top=50)
+        assert len(found.frame()) and (found.frame()["step_s"] > 0).all()
+

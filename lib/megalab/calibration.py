@@ -42,7 +42,7 @@ from megalab.config import RunConfig
 from megalab.step_model import CONSTANTS, Rates, combine, guesses, parts
 from megalab.theory.flops import spec
 
-__all__ = ["FAMILIES", "Constant", "Calibration", "calibrate", "family", "usable_records"]
+__all__ = ["FAMILIES", "Constant", "Calibration", "calibrate", "family", "for_search", "usable_records"]
 
 FAMILIES = ("1 GPU", "DP", "TP", "PP", "CP", "EP")
 TERMS = ("compute_s", "host_s", "comm_s", "bubble_s", "optimizer_s")
@@ -247,3 +247,13 @@ def calibrate(store=None, gpu: str = "H200") -> Calibration:
         "roofline_s": before, "predicted_s": terms["total_s"], "err_before": before / measured - 1,
         "err_after": terms["total_s"] / measured - 1, **{t: terms[t] for t in TERMS}})
     return Calibration(name, constants, rates, frame)
+
+
+def for_search(gpu: str = "H200", store=None) -> Calibration | None:
+    """What `search.search(..., model=)` ranks with on GPU model `gpu`: the model calibrated on its
+    records, or None (the roofline, which the ranking then says) when the store holds too few to fit."""
+    from megalab.results import NotRecorded
+    try:
+        return calibrate(store, gpu)
+    except NotRecorded:
+        return None

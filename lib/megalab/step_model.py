@@ -108,7 +108,7 @@ class Rates:
 
     def seconds(self, op: str, n: int, sent: float, calls: float) -> float:
         """Seconds to send `sent` bytes per GPU in `calls` equal collectives (nccl-tests' busbw definition)."""
-        if sent <= 0 or calls <= 0:
+        if sent <= 0 or calls <= 0 or n <= 1:  # a collective over one GPU moves nothing
             return 0.0
         size = sent / calls / (0.5 if op == P2P else bus_factor(op, n))
         return sent / (self.bus_gbs(op, n, size) * 1e9)
@@ -138,7 +138,9 @@ def _comm(cfg, rates: Rates) -> dict[str, tuple[float, float]]:
         out["cp"] = (rates.seconds(op, cfg.cp, vol["cp"], calls * L * m), calls * L * m)
     if cfg.experts and cfg.ep * cfg.etp > 1:  # dispatch and combine in every pass
         calls = 2 * (fwd + 1) * L * m
-        op, n = ("all_to_all", cfg.ep) if cfg.moe_dispatcher == "alltoall" else ("all_gather", cfg.ep * cfg.etp)
+        # alltoall: all-to-all over EP (with ETP inside it too); ETP alone, or allgather: all-gather over EP·ETP
+        alltoall = cfg.moe_dispatcher == "alltoall" and cfg.ep > 1
+        op, n = ("all_to_all", cfg.ep) if alltoall else ("all_gather", cfg.ep * cfg.etp)
         out["ep"] = (rates.seconds(op, n, vol["ep"], calls), calls)
     if cfg.pp > 1:  # an activation forward and a gradient backward per micro-batch and model chunk
         calls = 2 * m * cfg.vpp

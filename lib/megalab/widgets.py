@@ -5,6 +5,9 @@
 
 Every change re-runs `megalab.theory.plan` and redraws two figures (predicted memory per GPU against
 the card's capacity; the step-time estimate split into compute, pipeline bubble and communication).
+Below them, `ranking`: every layout of the model on that many GPUs at that global batch and sequence,
+fastest predicted first (`search.search`, with the step-time model `calibration.for_search` gives),
+the recorded step time beside each layout the reference machine has run, and why each is not first.
 An invalid layout shows `RunConfig.problems()`, one line each. "Run" measures the layout on this
 machine's GPUs (`megalab.run(cfg, mode="live")`) when it has enough, else shows the recorded
 reference (`mode="cached"`), or the command that records it.
@@ -23,6 +26,51 @@ from megalab import charts
 
 _POW2 = [1, 2, 4, 8, 16, 32, 64]
 _LAYOUT = ("tp", "pp", "vpp", "cp", "ep")
+
+
+def ranking(cfg, gpu: str = "H200", top: int = 10, store=None) -> tuple:
+    """(table, lines): `search.search` of cfg's model on cfg.gpus GPUs of model `gpu` at cfg.gbs and
+    cfg.seq. The table is the `top` predicted fastest, then up to `top` further down that hold a
+    reference record; columns rank, layout, mbs, recompute, dist_opt, predicted_ms, mem_gib, mfu,
+    measured_ms (the recorded step; NaN where there is no record, or it holds no step time), why.
+    `lines`: the search's summary (which step-time model ranked, its held-out error) and its caveat."""
+    from megalab import calibration, search
+    found = search.search(cfg, cfg.gpus, gpu=gpu, top=None, store=store, model=calibration.for_search(gpu, store))
+    df = found.frame()
+    if df.empty:
+        return df, [found.summary(), found.table().splitlines()[-1]]
+    df = df[(df["rank"] <= top) | df["measured"]].head(2 * top)
+    df = df.assign(predicted_ms=df["step_s"] * 1e3, measured_ms=df["measured_s"].astype(float) * 1e3)
+    cols = ["rank", "layout", "mbs", "recompute", "dist_opt", "predicted_ms", "mem_gib", "mfu", "measured_ms",
+            "measured", "why"]
+    return df[cols].reset_index(drop=True), [found.summary(), found.caveat]
+
+
+def ranking_html(table, lines: list[str]) -> str:
+    """`ranking`'s answer as HTML: the lines, then the table (a recorded layout's row in bold)."""
+    import html
+    head = "".join(f"<p style='margin:2px 0'>{html.escape(x)}</p>" for x in lines)
+    if table.empty:
+        return head
+    names = ["#", "layout", "mbs", "recompute", "dist-opt", "predicted ms", "GiB", "MFU", "measured ms",
+             "why not first"]
+    td = lambda xs, tag="td": "".join(f"<{tag} style='padding:1px 6px'>{html.escape(x)}</{tag}>" for x in xs)  # noqa: E731
+    rows, last, gap = [f"<tr>{td(names, 'th')}</tr>"], 0, "⋮ further down, the layouts with a record"
+    for _, r in table.iterrows():
+        if r["rank"] != last + 1:  # the recorded layouts below the top
+            rows.append(f"<tr><td colspan='{len(names)}' style='padding:1px 6px'>{gap}</td></tr>")
+            gap = "⋮"
+        last = r["rank"]
+        cells = [f"{r['rank']}", r["layout"], f"{r['mbs']}", r["recompute"], "yes" if r["dist_opt"] else "no",
+                 f"{r['predicted_ms']:.1f}", f"{r['mem_gib']:.1f}", f"{r['mfu']:.0%}", _measured(r), r["why"] or "–"]
+        rows.append(f"<tr style='font-weight:{'bold' if r['measured'] else 'normal'}'>{td(cells)}</tr>")
+    return f"{head}<table style='font-size:90%;text-align:left'>{''.join(rows)}</table>"
+
+
+def _measured(r) -> str:
+    if not r["measured"]:
+        return ""
+    return "recorded" if r["measured_ms"] != r["measured_ms"] else f"{r['measured_ms']:.1f}"  # NaN: no step time
 
 
 def figures(cfg, gpu: str = "H200") -> tuple:
@@ -64,16 +112,21 @@ class Planner(w.VBox):
             "sp": w.Checkbox(value=base.sp, description="sp"),
             "dist_opt": w.Checkbox(value=base.dist_opt, description="dist_opt"),
         }
-        self._status = w.HTML()
+        self._top = w.Dropdown(options=[5, 10, 20, 50], value=10, description="top",
+                               layout=w.Layout(width="150px"), style={"description_width": "50px"})
+        self._status, self._rank, self._ranked = w.HTML(), w.HTML(), (None, "")  # (inputs, html) of the last ranking
         self._mem, self._time, self._log = w.Output(), w.Output(), w.Output()
         run = w.Button(description="Run", button_style="primary", tooltip="measure, or show the record")
         run.on_click(lambda _: self.run())
-        for c in self._c.values():
+        for c in (*self._c.values(), self._top):
             c.observe(lambda _: self.update(), names="value")
         c = self._c
         rows = [w.HBox([c["preset"], c["gpu"], c["gpus"]]), w.HBox([c[k] for k in _LAYOUT]),
                 w.HBox([c["mbs"], c["gbs"], c["seq"], c["recompute"]]), w.HBox([c["sp"], c["dist_opt"], run])]
-        super().__init__(rows + [self._status, w.HBox([self._mem, self._time]), self._log])
+        ranked = w.HTML("<b>Every layout of this model on these GPUs at this gbs and seq, fastest predicted "
+                        "first</b> (bold: recorded on the reference machine)")
+        super().__init__(rows + [self._status, w.HBox([self._mem, self._time]), self._log,
+                                 w.HBox([ranked, self._top]), self._rank])
         self.update()
 
     @property
@@ -85,6 +138,7 @@ class Planner(w.VBox):
     def update(self) -> None:
         """Re-plan and redraw; an invalid layout shows its problems instead of figures."""
         cfg = self.cfg
+        self._rank.value = self.ranking_html()
         problems = cfg.problems()
         if problems:
             self._status.value = "<br>".join(f"<span style='color:#d1495b'>✗ {p}</span>" for p in problems)
@@ -95,6 +149,19 @@ class Planner(w.VBox):
             out.clear_output(wait=True)
             with out:
                 display(fig)
+
+    def ranking_html(self) -> str:
+        """`ranking` of the chosen model, GPU, GPU count, gbs and seq as HTML; searched again only when
+        one of those (or top) changed, not the layout."""
+        from megalab.config import InvalidLayout
+        v = {k: self._c[k].value for k in ("preset", "gpu", "gpus", "gbs", "seq")} | {"top": self._top.value}
+        if self._ranked[0] != v:
+            try:
+                html = ranking_html(*ranking(self.cfg, v["gpu"], v["top"]))
+            except InvalidLayout as exc:
+                html = "<br>".join(f"<span style='color:#d1495b'>✗ {p}</span>" for p in str(exc).splitlines())
+            self._ranked = (v, html)
+        return self._ranked[1]
 
     def run(self) -> None:
         """Measure this layout here when the GPUs are present, else show its recorded result."""
@@ -116,7 +183,10 @@ class Planner(w.VBox):
             return bundle
         mem, step, line = figures(self.cfg, self._c["gpu"].value)
         html = "".join(pio.to_html(f, include_plotlyjs=False, full_html=False) for f in (mem, step))
-        bundle["text/html"] = f"<p><b>Static planner</b> (open the notebook for the live one). {line}</p>{html}"
+        bundle["text/html"] = (f"<p><b>Static planner</b> (open the notebook for the live one). {line}</p>{html}"
+                               f"<p><b>Every layout of {self.cfg.name} on {self.cfg.gpus} GPUs at gbs {self.cfg.gbs}, "
+                               f"seq {self.cfg.seq}, fastest predicted first</b> (bold: recorded)</p>"
+                               f"{self.ranking_html()}")
         return bundle
 
 

@@ -19,27 +19,16 @@ def cmd_plan(ns) -> int:
 
 def _search(ns) -> int:
     """plan --search: the model's layouts on --gpus, fastest first; a layout flag given pins its axis."""
-    from megalab import search
+    from megalab import calibration, search
     from megalab.flags import config_from_args
     cfg = config_from_args(ns)  # its layout is not validated: the search tries every layout
     pinned = {axis: getattr(ns, axis) for axis in search.AXES if getattr(ns, axis, None) is not None}
-    found = search.search(cfg, cfg.gpus, gpu=ns.gpu, top=ns.top or 10, model=_step_model(ns.gpu), **pinned)
+    found = search.search(cfg, cfg.gpus, gpu=ns.gpu, top=ns.top or 10, model=calibration.for_search(ns.gpu), **pinned)
     if ns.json:
         print(_json({"summary": found.summary(), "candidates": found.frame().to_dict("records")}))
     else:
         print(found.table())
     return EXIT_OK
-
-
-def _step_model(gpu: str):
-    """The step-time model calibrated on this GPU model's records; None (the roofline, said so in the
-    table) when the store holds too few of them to fit."""
-    from megalab import calibration
-    from megalab.results import NotRecorded
-    try:
-        return calibration.calibrate(gpu=gpu)
-    except NotRecorded:
-        return None
 
 
 def cmd_presets(ns) -> int:
