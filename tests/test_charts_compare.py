@@ -1,6 +1,7 @@
 """charts.compare: bars per choice, and the trade-off scatter with its Pareto frontier."""
 import pandas as pd
 import plotly.graph_objects as go
+import pytest
 
 from megalab import charts
 
@@ -32,3 +33,27 @@ def test_frontier_maximize_flips_an_axis():
     df = _recompute().assign(tokens_per_s=lambda d: 1e5 / d["step_time_s"])
     fig = charts.frontier(df, "mem_peak_gib", "tokens_per_s", "recompute", maximize=("tokens_per_s",))
     assert list(fig.data[1].x) == [20.0, 25.0, 40.0, 60.0]   # same choices: more tokens/s is better
+
+
+def test_grouped_bars_readers_own_bars_beside_the_books():
+    df = pd.DataFrame({"layout": ["1 GPU", "EP 4", "1 GPU", "EP 4"], "step_time_s": [0.5, 0.2, 0.55, 0.21],
+                       "source": ["reference", "reference", "yours", "yours"]})
+    fig = charts.grouped_bars(df, "layout", "step_time_s")
+    assert [t.name for t in fig.data] == ["step_time_s", "step_time_s (yours)"]
+    assert list(fig.data[1].y) == [0.55, 0.21] and fig.data[1].marker.pattern.shape == "x"
+    assert fig.data[0].marker.pattern.shape is None
+    kinds = charts.grouped_bars(df.assign(kind="measured"), "layout", "step_time_s", color="kind")
+    assert [t.name for t in kinds.data] == ["measured", "measured (yours)"]
+
+
+def test_frontier_readers_own_choices_apart():
+    df = pd.concat([_recompute().assign(source="reference"),
+                    _recompute().assign(source="yours", step_time_s=lambda d: d["step_time_s"] * 1.1)],
+                   ignore_index=True)
+    fig = charts.frontier(df, "mem_peak_gib", "step_time_s", "recompute")
+    assert [t.name for t in fig.data] == ["choices", "Pareto frontier", "choices (yours)", "Pareto frontier (yours)"]
+    assert len(fig.data[0].x) == len(fig.data[2].x) == 5
+    assert fig.data[2].marker.symbol == charts.SYMBOLS["yours"] and fig.data[0].marker.symbol is None
+    assert list(fig.data[3].y) == pytest.approx([1.76, 1.43, 1.155, 1.1])
+    same = charts.frontier(_recompute().assign(source="reference"), "mem_peak_gib", "step_time_s", "recompute")
+    assert [t.name for t in same.data] == ["choices", "Pareto frontier"]

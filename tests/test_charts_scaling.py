@@ -23,3 +23,16 @@ def test_metric_vs_one_line_per_group_and_peer_stars():
     assert [t.name for t in fig.data] == ["dropout = 0.0", "dropout = 0.1", "Megatron-LM"]
     assert list(fig.data[0].x) == [1, 2, 4] and fig.data[2].marker.symbol == "star"
     assert fig.layout.yaxis.tickformat == ".0%" and fig.layout.xaxis.title.text == "mbs"
+
+
+def test_metric_vs_draws_a_readers_own_points_apart():
+    df = pd.DataFrame({"seq": [2048, 4096, 2048, 4096], "GiB": [20.0, 30.0, 21.0, 31.5],
+                       "kind": ["measured"] * 4, "source": ["reference", "reference", "yours", "yours"]})
+    fig = charts.metric_vs(df, "seq", "GiB", by="kind")
+    assert [t.name for t in fig.data] == ["kind = measured", "kind = measured (yours)"]
+    book, mine = fig.data
+    assert list(book.y) == [20.0, 30.0] and list(mine.y) == [21.0, 31.5]
+    assert mine.marker.symbol == charts.SYMBOLS["yours"] != book.marker.symbol
+    assert mine.marker.color == book.marker.color                      # same group, same colour
+    only_book = charts.metric_vs(df[df["source"] == "reference"], "seq", "GiB", by="kind")
+    assert [t.name for t in only_book.data] == ["kind = measured"]     # recorded only: drawn as before

@@ -77,3 +77,14 @@ def test_pipeline_bubble_colour_per_p_dash_per_v_and_measured_markers():
     marks = [t for t in fig.data if t.mode == "markers"]
     assert len(marks) == 1 and list(marks[0].y) == [0.5] and marks[0].marker.color == lines[2].line.color
     assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.tickformat == ".0%"
+
+
+def test_pipeline_bubble_recorded_and_readers_own_measurements_as_markers():
+    rows = [dict(m=m, p=2, v=1, bubble=1 / m, source="predicted") for m in (2, 4, 8)]
+    rows += [dict(m=4, p=2, v=1, bubble=0.3, source="reference"), dict(m=4, p=2, v=1, bubble=0.32, source="yours")]
+    fig = charts.pipeline_bubble(pd.DataFrame(rows))
+    assert [t.name for t in fig.data] == ["p = 2, v = 1", "measured, p = 2, v = 1", "measured, p = 2, v = 1 (yours)"]
+    line, book, mine = fig.data
+    assert line.mode == "lines" and list(book.y) == [0.3] and list(mine.y) == [0.32]
+    assert book.marker.symbol == "circle" and mine.marker.symbol == charts.SYMBOLS["yours"]
+    assert book.marker.color == mine.marker.color == line.line.color

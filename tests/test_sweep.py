@@ -188,3 +188,16 @@ def test_a_probe_that_crashed_answers_nothing(tmp_path):
 def test_spike_steps():
     assert sweep.spike_steps([0, 1, 2, 3], [10.0, 9.0, 10.5, 9.0]) == [2]   # +1.5 nats
     assert sweep.spike_steps([5, 6, 7], [8.0, 8.9, 9.8]) == []              # +0.9 each: a rise, not a spike
+
+
+def test_parity_curves_name_a_readers_own_runs(fake_run):
+    """Live runs (measured here now) come back as "... (yours)" curves that charts.loss_parity draws
+    apart; recorded ones keep their plain labels, so a recorded and a live parity can share one chart."""
+    answer = _parity_answer(ref_noise=0.0, layout_shift=0.0)
+    fake_run(answer)
+    live = sweep.parity(CFG).curves()
+    fake_run(lambda cfg, n: results.Result(answer(cfg, n).record, "cached"))
+    book = sweep.parity(CFG).curves()
+    assert [k.removesuffix(" (yours)") for k in live] == list(book) and len({*live, *book}) == 4
+    assert all(c["source"] == "yours" for c in live.values()) and all("source" not in c for c in book.values())
+    assert book[CFG.label]["loss"] == live[f"{CFG.label} (yours)"]["loss"]

@@ -202,12 +202,17 @@ class ParityResult:
         return float(off.max()) if len(off) else None
 
     def curves(self, name: str = "layout") -> dict:
-        """{label: {"step", "loss"}} for charts.loss_parity: the reference run first, then the layout."""
+        """{label: {"step", "loss"}} for charts.loss_parity: the reference run first, then the layout.
+        A curve measured here now (a live run) is named "... (yours)" and says "source": "yours"."""
         s = self.series
         ref = f"1 GPU ({self.reference[0].label})" if self.reference else "reference"
         lay = self.layout.label if self.layout is not None else name
-        return {ref: {"step": list(s["step"]), "loss": list(s["reference"])},
-                lay: {"step": list(s["step"]), "loss": list(s["layout"])}}
+        curves, first = {}, (self.reference or [None])[0]
+        for label, column, result in ((ref, "reference", first), (lay, "layout", self.layout)):
+            mine = getattr(result, "source", None) == "live"
+            curves[f"{label} (yours)" if mine else label] = {"step": list(s["step"]), "loss": list(s[column]),
+                                                              **({"source": "yours"} if mine else {})}
+        return curves
 
     def __repr__(self) -> str:
         verdict = "passes" if self.passes else "FAILS"

@@ -15,7 +15,8 @@ Figures by kind, one module each; every public name is re-exported here, so note
     breakdown   what a step is made of: memory per GPU, step time (stacked parts)
     scaling     a metric against a swept setting: scaling with the ideal line, metric_vs
     compare     choices side by side: grouped bars, the trade-off frontier
-    spread      how measurements scatter: histogram against a target, step time across runs
+    spread      how measurements scatter: histogram against a target, step time across runs, predicted
+                against measured
     parity      loss curves against the reference inside a tolerance band
     timeline    who runs when: kernels on CUDA streams, Gantt charts of pipeline stages or ranks, the bubble
     matrix      a matrix as coloured cells (tokens per expert per layer)
@@ -27,7 +28,7 @@ from megalab.charts.matrix import heatmap
 from megalab.charts.machine import bandwidth_vs_size, half_bandwidth_size, hbm_vs_size, matmul_vs_size, roofline
 from megalab.charts.parity import loss_parity
 from megalab.charts.scaling import metric_vs, scaling
-from megalab.charts.spread import distribution, step_time_spread
+from megalab.charts.spread import distribution, predicted_vs_measured, step_time_spread
 from megalab.charts.timeline import gantt, kernel_timeline, pipeline_bubble, pipeline_schedule
 
 __all__ = [
@@ -36,7 +37,7 @@ __all__ = [
     "memory_breakdown", "step_time_breakdown",
     "scaling", "metric_vs",
     "grouped_bars", "frontier",
-    "distribution", "step_time_spread",
+    "distribution", "step_time_spread", "predicted_vs_measured",
     "loss_parity",
     "kernel_timeline", "gantt", "pipeline_schedule", "pipeline_bubble",
     "heatmap",

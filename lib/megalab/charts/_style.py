@@ -33,6 +33,20 @@ def _by_source(df):
     return [(src, df[df["source"] == src]) for src in ("reference", "yours") if (df["source"] == src).any()]
 
 
+def _split_yours(df):
+    """(the book's rows, the reader's own rows): rows whose `source` is "yours" apart from the rest
+    (reference records, and rows without a source such as predictions)."""
+    if "source" not in df:
+        return df, df.iloc[0:0]
+    mine = df["source"].eq("yours")
+    return df[~mine], df[mine]
+
+
+def _yours(name) -> str:
+    """The legend name of a reader's own points: "<name> (yours)"."""
+    return f"{name} (yours)"
+
+
 class _BookRenderer(PlotlyRenderer):
     """plotly's mime type for JupyterLab plus an HTML div (no plotly.js inside) for the HTML book."""
 

@@ -3,19 +3,25 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from megalab.charts._style import PALETTE, _figure
+from megalab.charts._style import PALETTE, SYMBOLS, _figure, _split_yours, _yours
 
 
 def grouped_bars(df, x: str, y: str, color: str | None = None, title: str | None = None,
                  y_title: str | None = None, text_format: str = ".3g") -> go.Figure:
-    """Bars of `y` for each value of `x`, one colour per value of `color` (e.g. predicted / measured)."""
+    """Bars of `y` for each value of `x`, one colour per value of `color` (e.g. predicted / measured).
+    Rows whose `source` is "yours" (a reader's own runs) stand beside the book's as hatched bars of the
+    same colour, named "... (yours)"."""
     fig = _figure(title or f"{y} by {x}", barmode="group", xaxis_title=x, yaxis_title=y_title or y,
                   xaxis_type="category")
     groups = [(None, df)] if color is None else list(df.groupby(color, sort=False))
     for i, (value, part) in enumerate(groups):
-        fig.add_bar(x=part[x].astype(str), y=part[y], name=str(value) if color else y,
-                    marker_color=PALETTE[i % len(PALETTE)], texttemplate=f"%{{y:{text_format}}}",
-                    textposition="outside")
+        name, book, mine = (str(value) if color else y), *_split_yours(part)
+        style = dict(marker_color=PALETTE[i % len(PALETTE)], texttemplate=f"%{{y:{text_format}}}",
+                     textposition="outside")
+        if len(book) or not len(mine):
+            fig.add_bar(x=book[x].astype(str), y=book[y], name=name, **style)
+        if len(mine):
+            fig.add_bar(x=mine[x].astype(str), y=mine[y], name=_yours(name), marker_pattern_shape="x", **style)
     if y in ("mfu", "efficiency"):
         fig.update_yaxes(tickformat=".0%")
     return fig
@@ -26,16 +32,29 @@ def frontier(df, x: str, y: str, label: str, maximize: tuple[str, ...] = (), tit
     """Trade-off scatter, one point per choice (a row of `df`, named by its `label` column), e.g. step
     time against peak memory per recompute setting. Lower is better on both axes unless the column is
     named in `maximize`; the Pareto frontier (the choices no other beats on both) is drawn as a line,
-    and the choices off it are grey."""
+    and the choices off it are grey. Rows whose `source` is "yours" (a reader's own runs) are drawn
+    apart, open diamonds with their own frontier, named "... (yours)"."""
     fig = _figure(title or f"{y} against {x}", xaxis_title=x_title or x, yaxis_title=y_title or y)
+    book, mine = _split_yours(df)
+    _choices(fig, book, x, y, label, maximize, "choices", "Pareto frontier", PALETTE[0], dict(dash="dash"))
+    if len(mine):
+        _choices(fig, mine, x, y, label, maximize, _yours("choices"), _yours("Pareto frontier"), PALETTE[1],
+                 dict(dash="dot"), symbol=SYMBOLS["yours"])
+    return fig
+
+
+def _choices(fig, df, x, y, label, maximize, name, frontier_name, colour, line, symbol=None) -> None:
+    """The choices of `df` as labelled points (off-frontier ones grey) and their Pareto frontier as a line."""
     best = _pareto(df, x, y, maximize)
     on = df.index.isin(best.index)
-    fig.add_scatter(x=df[x], y=df[y], mode="markers+text", name="choices", text=df[label].astype(str),
+    marker = dict(size=11, color=[colour if o else "#aaaaaa" for o in on])
+    if symbol:
+        marker["symbol"] = symbol
+    fig.add_scatter(x=df[x], y=df[y], mode="markers+text", name=name, text=df[label].astype(str),
                     textposition="top center", hovertemplate="%{text}: %{x:.3g}, %{y:.3g}<extra></extra>",
-                    marker=dict(size=11, color=[PALETTE[0] if o else "#aaaaaa" for o in on]))
-    fig.add_scatter(x=best[x], y=best[y], mode="lines", name="Pareto frontier",
-                    line=dict(dash="dash", color=PALETTE[0]), hoverinfo="skip")
-    return fig
+                    marker=marker)
+    fig.add_scatter(x=best[x], y=best[y], mode="lines", name=frontier_name, line=dict(color=colour, **line),
+                    hoverinfo="skip")
 
 
 def _pareto(df, x: str, y: str, maximize: tuple[str, ...]):

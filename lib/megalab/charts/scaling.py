@@ -4,7 +4,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from megalab.charts._style import PALETTE, SYMBOLS, TEMPLATE, _by_source, _figure
+from megalab.charts._style import PALETTE, SYMBOLS, TEMPLATE, _by_source, _figure, _split_yours, _yours
 
 
 def scaling(df, x: str = "gpus", y: str = "tokens_per_s", ideal: bool = True, kind: str = "weak",
@@ -42,13 +42,20 @@ def scaling(df, x: str = "gpus", y: str = "tokens_per_s", ideal: bool = True, ki
 def metric_vs(df, x: str, y: str, by: str | None = None, peer: dict | None = None,
               peer_name: str = "peer", title: str | None = None, y_title: str | None = None) -> go.Figure:
     """One measured metric `y` against a swept setting `x` (e.g. MFU against micro-batch size), one
-    line per value of the column `by`, and optionally another code's numbers {x: y} as star markers."""
+    line per value of the column `by`, and optionally another code's numbers {x: y} as star markers.
+    Rows whose `source` is "yours" (a reader's own runs) get their own dotted line and open markers in
+    their group's colour, named "... (yours)"."""
     fig = _figure(title or f"{y} against {x}", xaxis_title=x, yaxis_title=y_title or y)
     groups = [(None, df)] if by is None else list(df.groupby(by, sort=True))
     for i, (value, part) in enumerate(groups):
-        part = part.sort_values(x)
-        fig.add_scatter(x=part[x], y=part[y], mode="lines+markers", marker=dict(size=10, color=PALETTE[i]),
-                        name="measured" if by is None else f"{by} = {value}")
+        name = "measured" if by is None else f"{by} = {value}"
+        book, mine = (p.sort_values(x) for p in _split_yours(part))
+        if len(book) or not len(mine):
+            fig.add_scatter(x=book[x], y=book[y], mode="lines+markers", marker=dict(size=10, color=PALETTE[i]),
+                            name=name)
+        if len(mine):
+            fig.add_scatter(x=mine[x], y=mine[y], mode="lines+markers", name=_yours(name), line=dict(dash="dot"),
+                            marker=dict(size=12, color=PALETTE[i], symbol=SYMBOLS["yours"]))
     if peer:
         fig.add_scatter(x=list(peer), y=list(peer.values()), mode="markers", name=peer_name,
                         marker=dict(symbol="star", size=16, color="black"))

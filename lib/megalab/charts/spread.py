@@ -1,4 +1,5 @@
-"""How measured values scatter: a histogram against a target, step-time boxes across recorded runs."""
+"""How measured values scatter: a histogram against a target, step-time boxes across recorded runs, and
+predictions against measurements on log axes."""
 from __future__ import annotations
 
 import plotly.graph_objects as go
@@ -35,3 +36,30 @@ def step_time_spread(records: list[dict], title: str = "Step time, every recorde
                     marker_color=PALETTE[1 if packed else 0], boxpoints=False)
         shown.add(name)
     return fig.update_layout(boxmode="group")
+
+
+def predicted_vs_measured(df, measured: str = "measured_s", predicted: str = "predicted_s", color: str = "family",
+                          symbol: str | None = "set", label: str = "label", title: str = "Predicted against measured",
+                          unit: str = "s") -> go.Figure:
+    """One point per row of `df` on log axes, `predicted` (y) against `measured` (x), with the y = x line
+    (exact prediction): a colour per value of `color` (e.g. layout family), and filled against open
+    markers for the first and later values of `symbol` (e.g. "fit" and "held out"). Hover shows `label`."""
+    import math
+    fig = _figure(title, xaxis_title=f"measured ({unit})", yaxis_title=f"predicted ({unit})",
+                  xaxis_type="log", yaxis_type="log", showlegend=True)
+    both = list(df[measured]) + list(df[predicted])
+    lo, hi = min(both) / 1.3, max(both) * 1.3
+    fig.add_scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="y = x (exact)", hoverinfo="skip",
+                    line=dict(color="black", dash="dash", width=1))
+    kinds = list(dict.fromkeys(df[symbol])) if symbol else [None]
+    for i, (value, part) in enumerate(df.groupby(color, sort=False)):
+        for j, kind in enumerate(kinds):
+            rows = part if kind is None else part[part[symbol] == kind]
+            if not len(rows):
+                continue
+            fig.add_scatter(x=rows[measured], y=rows[predicted], mode="markers", text=rows[label],
+                            name=str(value) if kind is None else f"{value}, {kind}", legendgroup=str(value),
+                            hovertemplate="%{text}<br>measured %{x:.3g}, predicted %{y:.3g}<extra></extra>",
+                            marker=dict(size=9, color=PALETTE[i % len(PALETTE)],
+                                        symbol="circle" if j == 0 else "circle-open", line=dict(width=2)))
+    return fig.update_xaxes(range=[math.log10(lo), math.log10(hi)]).update_yaxes(range=[math.log10(lo), math.log10(hi)])

@@ -5,9 +5,10 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from megalab.charts._style import PALETTE, TEMPLATE, _figure
+from megalab.charts._style import PALETTE, SYMBOLS, TEMPLATE, _figure, _yours
 
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash")
+MEASURED = ("measured", "reference", "yours")   # pipeline_bubble: the `source` values drawn as markers
 
 
 def _add_spans(fig: go.Figure, spans: list[dict], kinds: list, unit: str, **bar) -> None:
@@ -92,18 +93,21 @@ def pipeline_bubble(df, y: str = "bubble", title: str = "Pipeline bubble against
                     y_title: str = "bubble / ideal step") -> go.Figure:
     """The bubble `y` against micro-batches m (log axis), one colour per pipeline size p and one dash per
     chunk count v (solid: v = 1). `df` has columns m, p, v and `y`; rows whose optional `source` column
-    says "measured" are drawn as markers over the lines."""
+    says "measured" (or "reference", a recorded run's) are drawn as markers over the lines, and rows
+    of a reader's own runs ("yours") as open diamonds named "... (yours)"."""
     fig = _figure(title, xaxis_title="micro-batches per step, m", yaxis_title=y_title, xaxis_type="log")
-    rows = df if "source" not in df else df[df["source"] != "measured"]
+    df = df if "source" in df else df.assign(source="predicted")
+    measured = df["source"].isin(MEASURED)
     ps, vs = sorted(df["p"].unique()), sorted(df["v"].unique())
-    for (p, v), part in rows.groupby(["p", "v"], sort=True):
+    for (p, v), part in df[~measured].groupby(["p", "v"], sort=True):
         part = part.sort_values("m")
         fig.add_scatter(x=part["m"], y=part[y], mode="lines", name=f"p = {p}, v = {v}",
                         line=dict(color=PALETTE[ps.index(p) % len(PALETTE)], dash=DASHES[vs.index(v) % len(DASHES)]))
-    if "source" in df:
-        for (p, v), part in df[df["source"] == "measured"].groupby(["p", "v"], sort=True):
-            fig.add_scatter(x=part["m"], y=part[y], mode="markers", name=f"measured, p = {p}, v = {v}",
-                            marker=dict(size=11, color=PALETTE[ps.index(p) % len(PALETTE)], symbol="circle"))
+    for (src, p, v), part in df[measured].groupby(["source", "p", "v"], sort=True):
+        name = f"measured, p = {p}, v = {v}"
+        fig.add_scatter(x=part["m"], y=part[y], mode="markers", name=_yours(name) if src == "yours" else name,
+                        marker=dict(size=11, color=PALETTE[ps.index(p) % len(PALETTE)],
+                                    symbol=SYMBOLS["yours"] if src == "yours" else "circle"))
     fig.update_xaxes(tickvals=sorted(df["m"].unique()))
     return fig.update_yaxes(tickformat=".0%")
 
