@@ -14,15 +14,16 @@ from __future__ import annotations
 from types import ModuleType
 
 from megalab.chapters import (ch01_data_parallel, ch02_tensor_parallel, ch03_sequence_parallel,
-                              ch04_context_parallel, ch05_pipeline_parallel, ch06_expert_parallel)
+                              ch04_context_parallel, ch05_pipeline_parallel, ch06_expert_parallel,
+                              ch07_choosing_a_layout)
 
 __all__ = ["CHAPTERS", "UnknownChapter", "resolve", "runs", "pending", "data_parallel", "tensor_parallel",
-           "sequence_parallel", "context_parallel", "pipeline_parallel", "expert_parallel"]
+           "sequence_parallel", "context_parallel", "pipeline_parallel", "expert_parallel", "choosing_a_layout"]
 
 CHAPTERS: dict[str, ModuleType] = {"ch01": ch01_data_parallel, "ch02": ch02_tensor_parallel,
                                    "ch03": ch03_sequence_parallel, "ch04": ch04_context_parallel,
                                    "ch05": ch05_pipeline_parallel,
-                                   "ch06": ch06_expert_parallel}
+                                   "ch06": ch06_expert_parallel, "ch07": ch07_choosing_a_layout}
 
 data_parallel = ch01_data_parallel.runs
 tensor_parallel = ch02_tensor_parallel.runs
@@ -30,6 +31,7 @@ sequence_parallel = ch03_sequence_parallel.runs
 context_parallel = ch04_context_parallel.runs
 pipeline_parallel = ch05_pipeline_parallel.runs
 expert_parallel = ch06_expert_parallel.runs
+choosing_a_layout = ch07_choosing_a_layout.runs
 
 
 class UnknownChapter(KeyError):

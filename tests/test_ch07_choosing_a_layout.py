@@ -1,0 +1,47 @@
+"""Chapter 07's runs: the decision guide's runs are recorded ones, and the queued runs are legal, fit and
+follow the chapter's choice rule."""
+import pytest
+
+from megalab import chapters, recording, specs, theory
+from megalab.chapters import ch07_choosing_a_layout as ch07
+from megalab.config import RunConfig
+
+
+def _cfg(item) -> RunConfig:
+    return item if isinstance(item, RunConfig) else item.cfg
+
+
+def test_the_store_answers_every_run():
+    assert chapters.resolve("choosing_a_layout") == chapters.resolve("07") == "ch07"
+    assert recording.plan("ch07", gpus=2, missing_only=True) == []
+    assert recording.plan("ch07", gpus=2, gpu="H100", missing_only=True) == []
+
+
+@pytest.mark.parametrize("gpus", [2, 4, 8])
+def test_pending_is_legal_and_fits(gpus):
+    queued = chapters.pending("ch07", gpus)
+    assert set(queued) == set(ch07.CASES)
+    for name, picked in queued.items():
+        assert len(picked) == ch07.TOP + ch07.OTHERS
+        assert list(picked)[:ch07.TOP] == [f"top{i}" for i in range(1, ch07.TOP + 1)]
+        assert len({c.key for c in picked.values()}) == len(picked)           # eight different runs
+        for cfg in picked.values():
+            assert cfg.gpus == gpus and not cfg.problems()
+            assert theory.memory(cfg, "H200")["fits"]
+            assert (cfg.name, cfg.seq, cfg.gbs) == (ch07.CASES[name].preset, ch07.CASES[name].seq, ch07.CASES[name].gbs)
+
+
+def test_frozen_choice_keeps_the_probe_rule():
+    """Each frozen pick past the top five qualifies for its probe, and no earlier pick did."""
+    probes = {key: rule for key, _, rule in ch07.PROBES}
+    for picked in ch07.pending(2).values():
+        cfgs = list(picked.values())
+        for i, (key, cfg) in enumerate(picked.items()):
+            if key in probes:
+                assert probes[key](cfg) and not any(probes[key](c) for c in cfgs[:i])
+
+
+def test_guide_reads_other_chapters_records():
+    guide = ch07.runs(2)["guide"]
+    assert {_cfg(i).key for i in specs.items(guide["tp_vs_dp"])} == {c.key for c in chapters.runs("ch02", 4)["tp_vs_dp"]}
+    assert guide["recompute_long"][0].seq == guide["recompute_long"][1].seq
