@@ -74,25 +74,9 @@ def family(cfg) -> str:
 
 def usable_records(store=None, gpu: str = "H200") -> list[dict]:
     """The run records a calibration may use (see the module docstring), newest per configuration, oldest first."""
-    from megalab.store import _store, same_gpu_model
-    store = _store(store)
-    retracted, newest = set(store.errata()), {}
-    for r in sorted(store.load("run", status="ok"), key=lambda r: r.get("recorded_at") or ""):
-        tags = r.get("tags") or []
-        step = (r.get("summary") or {}).get("step_time_s")
-        if r.get("id") in retracted or "profile" in tags or "packed" in tags or not step:
-            continue
-        if not same_gpu_model((r.get("env") or {}).get("gpu_name"), gpu):
-            continue
-        try:
-            cfg = RunConfig.from_dict(r["config"])
-        except (KeyError, TypeError, ValueError):
-            continue
-        if cfg.compile and cfg.impl == "te" and not cfg.problems():
-            key = cfg.replace(iters=1, seed=0).key
-            newest.pop(key, None)
-            newest[key] = r  # newest last: it wins
-    return list(newest.values())
+    from megalab.store import _store
+    return [r for cfg, r in _store(store).timed(gpu).values()
+            if (r.get("summary") or {}).get("step_time_s") and cfg.compile and cfg.impl == "te" and not cfg.problems()]
 
 
 def _hash(cfg) -> int:

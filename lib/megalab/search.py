@@ -201,28 +201,9 @@ def _rates(gpu: str, dtype: str, gpus: int, store) -> tuple[float | None, float 
     return tflops, bw, "rates: " + ", ".join(said)
 
 
-def _measured_index(store, gpu: str) -> dict[str, float]:
-    """Config key (iters and seed set aside: they do not change a step) -> step time of the newest ok
-    record on this GPU model; profiled runs, runs packed beside others, and retracted records left out."""
-    from megalab.store import same_gpu_model
-    retracted, out = set(store.errata()), {}
-    records = sorted(store.load("run", status="ok"), key=lambda r: r.get("recorded_at") or "")
-    for r in records:
-        tags = r.get("tags") or []
-        if r.get("id") in retracted or "profile" in tags or "packed" in tags:
-            continue
-        if not same_gpu_model((r.get("env") or {}).get("gpu_name"), gpu):
-            continue
-        try:
-            key = _loose_key(RunConfig.from_dict(r["config"]))
-        except (KeyError, TypeError, ValueError):
-            continue
-        out[key] = (r.get("summary") or {}).get("step_time_s")  # newest last: it wins
-    return out
-
-
-def _loose_key(cfg: RunConfig) -> str:
-    return cfg.replace(iters=1, seed=0).key
+def _measured_index(store, gpu: str) -> dict[str, float | None]:
+    """Loose config key -> step time of the newest clean ok record on this GPU model (Store.timed)."""
+    return {key: (r.get("summary") or {}).get("step_time_s") for key, (_, r) in store.timed(gpu).items()}
 
 
 # -- ranking --------------------------------------------------------------------------------------
@@ -266,11 +247,7 @@ def _modelled(cfg: RunConfig, model) -> dict:
 
 def _score(cfg: RunConfig, gpu: str, tflops, bw) -> dict:
     est = theory.step_time_estimate(cfg, gpu, matmul_tflops=tflops, bus_bw=bw)
-    volume = theory.comm_bytes_per_step(cfg)
-    bus = bw or spec(gpu).nvlink_gbs  # what step_time_estimate falls back to
-    by_axis = {a: theory.comm_time_s(volume[a], bus) for a in _COMM}
-    if cfg.overlap:  # step_time_estimate hides the data-parallel reduction behind compute
-        by_axis["dp"] = 0.0
+    by_axis = theory.comm_by_axis_s(cfg, gpu, bus_bw=bw)
     return {"cfg": cfg, "step_s": est["total_s"], "compute_s": est["compute_s"], "bubble_s": est["bubble_s"],
             "comm_s": est["comm_s"], "mfu": est["mfu"], "comm_by_axis_s": by_axis}
 
@@ -291,6 +268,7 @@ def search(model_cfg: RunConfig, gpus: int, gpu: str = "H200", gbs: int | None =
     on something the search does not vary.
     """
     from megalab.results import _store
+    from megalab.store import loose_key
     if top is not None and top < 1:
         raise ValueError(f"top={top}: pass 1 or more, or None for every layout")
     unknown = sorted(set(limits) - set(AXES))
@@ -332,7 +310,7 @@ def search(model_cfg: RunConfig, gpus: int, gpu: str = "H200", gbs: int | None =
     scored.sort(key=order)
     candidates = []
     for i, s in enumerate(scored[:top] if top else scored):
-        ms = measured.get(_loose_key(s["cfg"]), False)
+        ms = measured.get(loose_key(s["cfg"]), False)
         candidates.append(Candidate(rank=i + 1, why=_why(s, scored[0]) if i else "", measured=ms is not False,
                                     measured_s=ms or None, **s))
     return Ranking(candidates, model_cfg.name, gpus, name, gbs, seq, enumerated, invalid, too_big, len(scored), rates,

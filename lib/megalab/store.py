@@ -158,6 +158,31 @@ class Store:
         order = {id(r): i for i, r in enumerate(found)}
         return sorted(found, key=lambda r: (r.get("recorded_at") or "", order[id(r)]), reverse=True)
 
+    def timed(self, gpu_model: str) -> dict:
+        """Loose config key (`loose_key`) -> (RunConfig, record): the newest ok record of each configuration
+        on `gpu_model` that timed its steps cleanly: not retracted, not profiled (slower steps), not packed
+        beside other runs on its host, with a config that loads. What the layout search marks as measured
+        and the step-time calibration fits on."""
+        from megalab.config import RunConfig
+        retracted, out = set(self.errata()), {}
+        for r in sorted(self.load("run", status="ok"), key=lambda r: r.get("recorded_at") or ""):
+            tags = r.get("tags") or []
+            if (r.get("id") in retracted or "profile" in tags or "packed" in tags
+                    or not same_gpu_model((r.get("env") or {}).get("gpu_name"), gpu_model)):
+                continue
+            try:
+                cfg = RunConfig.from_dict(r["config"])
+            except (KeyError, TypeError, ValueError):
+                continue
+            out.pop(loose_key(cfg), None)
+            out[loose_key(cfg)] = (cfg, r)  # newest last: it wins, and keeps the order of recording
+        return out
+
+
+def loose_key(cfg) -> str:
+    """A configuration's key with iterations and seed set aside: they do not change how long a step takes."""
+    return cfg.replace(iters=1, seed=0).key
+
 
 def _same_gpu(a: str | None, b: str | None) -> bool:
     return bool(a) and bool(b) and a.strip().casefold() == b.strip().casefold()
