@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from megalab import theory
+from megalab import presets, theory
 from megalab.config import RunConfig
 
 # Shoeybi et al. 2019, Table 1 (vocab 51200, seq 1024): (heads, hidden, layers, published params)
@@ -324,3 +324,14 @@ def test_hardware_flops_recompute_order():
     cfg = gpt(gbs=4)
     none, sel, full = (theory.flops_per_step(cfg, recompute=r) for r in (None, "selective", "full"))
     assert none < sel < full and math.isclose(theory.model_flops(cfg), none)
+
+
+def test_comm_by_axis_adds_up_to_the_step_estimates_exposed_communication():
+    """search reads the roofline's communication per axis from theory.comm_by_axis_s: the same bytes,
+    bandwidth fallback and overlap rule as step_time_estimate's comm_s."""
+    for overlap in (False, True):
+        cfg = presets.get("gpt-1.2b").replace(gpus=8, tp=2, pp=2, mbs=2, gbs=16, overlap=overlap)  # dp 2
+        for bw in (None, 200.0):
+            by_axis = theory.comm_by_axis_s(cfg, "H200", bus_bw=bw)
+            assert set(by_axis) == {"tp", "dp", "cp", "pp", "ep"} and (by_axis["dp"] == 0.0) == overlap
+            assert sum(by_axis.values()) == pytest.approx(theory.step_time_estimate(cfg, "H200", bus_bw=bw)["comm_s"])

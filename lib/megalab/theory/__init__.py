@@ -32,7 +32,7 @@ from megalab.theory.parameters import (has_bias, layer_params, layout, params, p
                                    stage_params)
 from megalab.theory.pipeline import (bubble_fraction, bubble_over_ideal, bubble_over_step, layers_in_flight,
                                      schedule, schedule_bubble, stage_order)
-from megalab.theory.step_time import step_time_estimate
+from megalab.theory.step_time import comm_by_axis_s, step_time_estimate
 
 __all__ = [
     "has_bias", "layout", "params", "layer_params", "stage_params", "params_per_stage", "params_per_rank",
@@ -40,7 +40,7 @@ __all__ = [
     "activation_bytes_per_layer", "activation_terms", "attention_kind", "bytes_per_score", "held_activation_bytes",
     "memory", "model_state_bytes", "zero_memory", "bus_factor", "comm_bytes_per_step", "comm_time_s",
     "bubble_fraction", "bubble_over_ideal", "bubble_over_step", "memory_per_stage", "schedule", "schedule_bubble",
-    "stage_order", "layers_in_flight", "active_fraction", "dispatch_bytes", "step_time_estimate", "plan",
+    "stage_order", "layers_in_flight", "active_fraction", "dispatch_bytes", "comm_by_axis_s", "step_time_estimate", "plan",
     "chunks_of_rank", "causal_work", "causal_imbalance", "attention_flops_share", "ring_step",
 ]
 

@@ -10,7 +10,20 @@ from megalab.theory.comm import comm_bytes_per_step
 from megalab.theory.flops import hardware_flops, mfu, spec, tflops_per_gpu
 from megalab.theory.pipeline import bubble_fraction
 
-__all__ = ["step_time_estimate"]
+__all__ = ["comm_by_axis_s", "step_time_estimate"]
+
+
+def _hidden(cfg, axis: str) -> bool:
+    """Is this axis's traffic overlapped with compute? Only the data-parallel reduction, when cfg.overlap."""
+    return axis == "dp" and cfg.overlap
+
+
+def comm_by_axis_s(cfg, gpu="H200", bus_bw: float | None = None) -> dict[str, float]:
+    """Exposed communication seconds per axis (tp, dp, cp, pp, ep) as step_time_estimate counts them: bytes
+    per GPU at `bus_bw` (default: NVLink per direction); 0 for the overlapped data-parallel reduction."""
+    bus = bus_bw or spec(gpu).nvlink_gbs
+    return {k: 0.0 if _hidden(cfg, k) else comm_time_s(v, bus) for k, v in comm_bytes_per_step(cfg).items()
+            if k != "total"}
 
 
 def step_time_estimate(cfg, gpu="H200", matmul_tflops: float | None = None,
@@ -27,7 +40,7 @@ def step_time_estimate(cfg, gpu="H200", matmul_tflops: float | None = None,
     compute = hardware_flops(cfg) / cfg.gpus / rate
     bubble = compute * bubble_fraction(cfg)
     volume = comm_bytes_per_step(cfg)
-    exposed = sum(v for k, v in volume.items() if k != "total" and not (k == "dp" and cfg.overlap))
+    exposed = sum(v for k, v in volume.items() if k != "total" and not _hidden(cfg, k))
     comm_s = comm_time_s(exposed, bus_bw or gpu.nvlink_gbs)
     total = compute + bubble + comm_s
     return {"compute_s": compute, "bubble_s": bubble, "comm_s": comm_s, "total_s": total,
