@@ -27,7 +27,26 @@ def probing_configs(cfg, dry_run=False):
     return parallel, model, ddp, optim
 
 
+build_chunks = train.build_chunks
+
+
+def te_only_wgrad_fusion(cfg, config, dry_run):
+    """gradient_accumulation_fusion=true without Apex: Transformer Engine's linears accumulate wgrad into
+    main_grad themselves (fuse_wgrad_accumulation); Megatron's own linears (the output layer) would need
+    Apex's kernel, so they are switched back to the unfused path once built."""
+    from megatron.core.tensor_parallel import layers
+    fused = config.gradient_accumulation_fusion
+    layers._grad_accum_fusion_available = layers._grad_accum_fusion_available or fused
+    chunks = build_chunks(cfg, config, dry_run)
+    for chunk in chunks:
+        for m in chunk.modules():
+            if type(m) in (layers.ColumnParallelLinear, layers.RowParallelLinear):
+                m.gradient_accumulation_fusion = False
+    return chunks
+
+
 train.megatron_configs = probing_configs
+train.build_chunks = te_only_wgrad_fusion
 
 if __name__ == "__main__":
     train.main()

@@ -12,6 +12,8 @@ for v in "$@"; do
     permute) env=(MEGALAB_PROBE=moe_permute_fusion=true) extra=() ;;
     router)  env=(MEGALAB_PROBE=moe_router_fusion=true) extra=() ;;
     all)     env=(NVTE_USE_CUTLASS_GROUPED_GEMM=1 MEGALAB_PROBE=moe_permute_fusion=true,moe_router_fusion=true) extra=() ;;
+    wgrad)   env=(NVTE_USE_CUTLASS_GROUPED_GEMM=1 MEGALAB_PROBE=moe_permute_fusion=true,moe_router_fusion=true,gradient_accumulation_fusion=true) extra=() ;;
+    dense-wgrad) env=(MEGALAB_PROBE=gradient_accumulation_fusion=true) extra=(--preset olmoe-like-dense --gbs 4) ;;
     local)   env=(MEGALAB_PROBE_NONE=1) extra=(--impl local) ;;
     */*)     python3 tools/gpu/trace_top.py "$v" > "$out/$(basename "$v").top.json" 2>&1; continue ;;
     *) echo "unknown variant $v"; exit 2 ;;
@@ -20,5 +22,6 @@ for v in "$@"; do
   env "${env[@]}" timeout 240 torchrun --standalone --nproc_per_node=1 tools/gpu/moe_probe.py "${flags[@]}" "${extra[@]}" \
     --run-dir "$d" > "$out/$v.log" 2>&1
   echo "$v rc=$?"; grep -h '"summary"' "$out/$v.log" | cut -c1-400
-  python3 tools/gpu/trace_top.py "$d" > "$out/$v.top.json" 2>&1
+  python3 tools/gpu/trace_top.py "$d" --top 25 > "$out/$v.top.json" 2>&1
 done
+tar czf "${OUT:-/tmp/out}/probe.tgz" -C "$out" . && rm -rf "$out"   # one file: a call brings back few
