@@ -13,9 +13,9 @@ for v in "$@"; do
     router)  env=(MEGALAB_PROBE=moe_router_fusion=true) extra=() ;;
     all)     env=(NVTE_USE_CUTLASS_GROUPED_GEMM=1 MEGALAB_PROBE=moe_permute_fusion=true,moe_router_fusion=true) extra=() ;;
     wgrad)   env=(NVTE_USE_CUTLASS_GROUPED_GEMM=1 MEGALAB_PROBE=moe_permute_fusion=true,moe_router_fusion=true,gradient_accumulation_fusion=true) extra=() ;;
-    dense-wgrad) env=(MEGALAB_PROBE=gradient_accumulation_fusion=true) extra=(--preset olmoe-like-dense --gbs 4) ;;
+    dense-wgrad) env=(MEGALAB_PROBE=gradient_accumulation_fusion=true) extra=(--experts 0 --ffn 8192) ;;
     local)   env=(MEGALAB_PROBE_NONE=1) extra=(--impl local) ;;
-    */*)     python3 tools/gpu/trace_top.py "$v" > "$out/$(basename "$v").top.json" 2>&1; continue ;;
+    */*)     python3 tools/gpu/trace_top.py "$v" --top 25 > "$out/$(basename "$v").top.json" 2>&1; continue ;;
     *) echo "unknown variant $v"; exit 2 ;;
   esac
   d=/tmp/probe/$v; mkdir -p "$d"
