@@ -20,7 +20,7 @@ import os
 import re
 from pathlib import Path
 
-from megalab import metrics, theory
+from megalab import metrics, theory, wiring
 from megalab.config import hierarchical_cp
 
 RELEASE = "core_v0.16.1"  # the Megatron-LM tag of the pinned megatron-core
@@ -85,7 +85,7 @@ def args(cfg) -> list[str]:
         # batch, precision, implementation
         "--micro-batch-size", cfg.mbs, "--global-batch-size", cfg.gbs, "--bf16",
         "--transformer-impl", "transformer_engine" if te else "local",
-        "--no-gradient-accumulation-fusion",  # its fused wgrad kernel needs Apex (so does the trainer's)
+        "--no-gradient-accumulation-fusion",  # Megatron's linears need Apex (wiring.with_wgrad_fusion)
         # optimizer and schedule (megalab.wiring.build_training)
         "--optimizer", "adam", "--lr", cfg.lr, "--min-lr", cfg.lr / 10, "--weight-decay", 0.1,
         "--adam-beta1", 0.9, "--adam-beta2", 0.95, "--adam-eps", 1e-8, "--clip-grad", 1.0,
@@ -115,7 +115,7 @@ def args(cfg) -> list[str]:
         out += ["--num-experts", cfg.experts, "--moe-router-topk", cfg.topk, "--moe-ffn-hidden-size",
                 cfg.moe_ffn_size, "--moe-token-dispatcher-type", cfg.moe_dispatcher,
                 "--moe-router-load-balancing-type", "aux_loss", "--moe-aux-loss-coeff", MOE_AUX_LOSS_COEFF]
-        out += ["--moe-grouped-gemm"] if te else []
+        out += ["--moe-grouped-gemm", "--moe-permute-fusion", "--moe-router-fusion"] if te else []
         out += ["--moe-router-pre-softmax"] if cfg.topk == 1 else []
     if cfg.recompute == "selective":
         out += ["--recompute-granularity", "selective"]
@@ -129,9 +129,9 @@ def args(cfg) -> list[str]:
 
 
 def environment(cfg) -> dict:
-    """What pretrain_gpt.py asserts about its environment: one hardware queue with TP or CP (megalab's
-    trainer sets the same for itself, megalab.train)."""
-    return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if cfg.tp > 1 or cfg.cp > 1 else {}
+    """The trainer's own run environment (megalab.wiring.environment): one hardware queue with TP or CP,
+    which pretrain_gpt.py asserts, and the same grouped-GEMM kernel for TE's experts."""
+    return wiring.environment(cfg)
 
 
 # -- its log -> megalab's step lines -------------------------------------------------------------------

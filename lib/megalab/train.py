@@ -31,6 +31,7 @@ batches, up to floating-point reduction order (megalab.weights). --init megatron
 CUDA_DEVICE_MAX_CONNECTIONS=1 is set (before CUDA starts) when tp > 1 or cp > 1: with one hardware
 queue, kernels start in issue order, so the TP/SP communication Megatron issues before a GEMM runs
 before it and overlaps with it (Megatron-LM asserts it on Hopper). It costs DP-overlap freedom.
+(megalab.wiring.environment holds it, with the MoE grouped-GEMM switch.)
 """
 
 import argparse
@@ -48,7 +49,8 @@ from megalab.train_log import (GIB, all_gather, budget, emit, is_oom, max_over_r
                                reduced_loss, step_line)
 from megalab.weights import init_layout_invariant
 # train() calls build_training by this module's name: tools/gpu/spikes.py swaps in a probing one
-from megalab.wiring import build_training, megatron_configs, patch_moe_router_without_te, wire_schedule
+from megalab.wiring import (build_training, environment, megatron_configs, patch_moe_router_without_te,
+                            wire_schedule, with_wgrad_fusion)
 
 _T0 = time.time()  # start-up clock (torch and Megatron load later); $MEGALAB_LAUNCH_T wins if set
 _LAUNCH = float(os.environ.get("MEGALAB_LAUNCH_T", _T0))
@@ -215,8 +217,8 @@ def main(argv=None) -> None:
             emit({"kind": "error", "status": "invalid", "rank": rank, "message": str(e)})
             print(f"InvalidLayout: {str(e).splitlines()[0]}", file=sys.stderr, flush=True)
         sys.exit(2)
-    if (cfg.tp > 1 or cfg.cp > 1) and not args.dry_run:
-        os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"  # read when the CUDA context is created
+    if not args.dry_run:  # read when the CUDA context is created and when Transformer Engine loads
+        os.environ.update(environment(cfg))
     if not cfg.compile:  # read when Megatron's import loads torch._dynamo: its jit_fuser ops then run eagerly
         os.environ["TORCH_COMPILE_DISABLE"] = "1"
     try:
@@ -245,7 +247,7 @@ def train(cfg, args, rank: int) -> None:
     device = initialize_distributed(cfg, parallel, args.dry_run)
     startup["process_groups"] = since_launch()
     patch_moe_router_without_te(cfg)
-    chunks = build_chunks(cfg, config, args.dry_run)
+    chunks = with_wgrad_fusion(config, lambda: build_chunks(cfg, config, args.dry_run))
     n_params = sum(p.numel() for c in chunks for p in c.parameters())
     per_rank = [int(n) for n in all_gather(n_params, device, "int64")]
 

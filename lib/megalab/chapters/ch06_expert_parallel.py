@@ -49,6 +49,9 @@ def pending(gpus: int = 2, iters: int = ITERS) -> dict:
     out = {
         # where a one-GPU MoE step's time goes (6 times its dense twin at equal FLOPs): kernel timelines
         "profile_one_gpu": [Profiled(base.replace(iters=PROFILE_ITERS)), Profiled(_dense(base).replace(iters=PROFILE_ITERS))],
+        # the host's per-layer work is per micro-batch: more tokens per micro-batch amortise it (same global batch)
+        "micro_batch": {m: base.replace(mbs=m) for m in (1, 2, 4)},
+        "micro_batch_dense": {m: _dense(base).replace(mbs=m) for m in (1, 2, 4)},
     }
     if top == 1:
         return out
