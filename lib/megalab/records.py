@@ -25,6 +25,20 @@ ENV_FIELDS = ("gpu_name", "gpu_count", "gpu_mem_gib", "interconnect", "driver", 
               "megatron_core", "transformer_engine", "python", "hostname")
 
 
+# Changes to the trainer that change how long a step takes: (UTC time it landed, commit, what changed).
+# A record made before a change comes from an older trainer; timings compare only within one revision.
+TRAINER_CHANGES = (
+    ("2026-11-25T04:02:15Z", "70bfd18", "Transformer Engine's linears accumulate wgrad into main_grad; MoE "
+     "permute and router fusion, CUTLASS grouped GEMM"),
+)
+
+
+def trainer_revision(record: dict) -> int:
+    """Which trainer made a record: how many TRAINER_CHANGES had landed when it was recorded (0: the first)."""
+    at = record.get("recorded_at") or ""
+    return sum(at >= when for when, *_ in TRAINER_CHANGES)
+
+
 _LEAD = ("label", "key", "status", "model", "gpus", "tp", "pp", "vpp", "cp", "ep", "etp", "dp", "sp",
          "mbs", "gbs", "seq", "num_microbatches")
 
