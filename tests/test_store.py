@@ -330,3 +330,5 @@ def test_repeats_group_by_configuration_and_trainer(tmp_path):
     assert sorted((k[1], [r["id"] for _, r in v]) for k, v in groups.items()) == \
         [(0, [before[0]["id"], before[1]["id"]]), (1, [after["id"]])]
     assert [r["id"] for _, r in store.timed("H200").values()] == [after["id"]]
+    assert {rev: [r["id"] for r in v] for rev, v in store.by_trainer(CFG.replace(iters=99), "H200").items()} == \
+        {0: [before[0]["id"], before[1]["id"]], 1: [after["id"]]}

@@ -179,6 +179,11 @@ class Store:
             out.setdefault((loose_key(cfg), trainer_revision(r)), []).append((cfg, r))
         return out
 
+    def by_trainer(self, cfg, gpu_model: str) -> dict:
+        """Trainer revision -> clean timings of cfg (iterations and seed aside) on gpu_model, oldest first:
+        one configuration before and after a change of the trainer (records.TRAINER_CHANGES)."""
+        return {rev: [r for _, r in v] for (key, rev), v in self.repeats(gpu_model).items() if key == loose_key(cfg)}
+
     def _clean_timings(self, gpu_model: str):
         """(RunConfig, record) of each ok, unretracted, unprofiled, unpacked run on `gpu_model`, oldest first."""
         from megalab.config import RunConfig
