@@ -5,7 +5,8 @@ from megalab import chapters, recording, specs, theory
 from megalab.config import RunConfig
 
 RECORDED = {"4669ef6b6b069788", "db791470283c19f8", "8998cadd686e91fa",   # PP 4, PP 4 × VPP 2, TP 2 × PP 2 parity
-            "013f07ee135a9a24"}                                          # gpt-8.3b on one H200: out of memory
+            "013f07ee135a9a24",                                          # gpt-8.3b on one H200: out of memory
+            "c944886bc6e91889", "bc35eb7827ea68e4", "3ca1b82d806882f5", "25958349d91d1d00"}  # PP 2's stage alone, m = 1..8
 
 
 def _cfg(item) -> RunConfig:

@@ -99,7 +99,7 @@ def test_chapter_runs_are_recorded_and_pending_scales(gpus):
     for item in specs.items(chapters.expert_parallel(gpus)):
         assert recording.is_recorded(item)
     queued = list(specs.items(chapters.pending("ch06", gpus)))
-    assert queued
+    assert queued or gpus == 1   # one GPU: every run is recorded
     for item in queued:
         cfg = item if isinstance(item, RunConfig) else item.cfg
         cfg.validate()

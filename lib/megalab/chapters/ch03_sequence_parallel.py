@@ -6,8 +6,8 @@ counts (the trainer's `act_gib`: memory allocated between the start of the first
 loss), which cancels the embedding, the logits and the loss.
 
 `runs` holds what the records answer (one GPU, and the recorded TP + SP parity); `pending` the
-multi-GPU runs and the unsettled fit queued for the chapter's next version, built by the same
-definitions so that their keys do not change when they move into `runs`.
+multi-GPU runs queued for the chapter's next version, built by the same definitions so that their keys
+do not change when they move into `runs`.
 """
 
 from __future__ import annotations
@@ -51,8 +51,9 @@ def _stable(t: int, **kw) -> Parity:
 
 
 def runs(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
-    """What the records answer: one layer term by term, what recompute costs on one GPU, the largest
-    micro-batch with full recompute, and TP + SP against one GPU. `gpus`: the most GPUs to scale to."""
+    """What the records answer: one layer term by term, what recompute costs on one GPU and where its time
+    goes (profiled steps), the largest micro-batch with and without full recompute, and TP + SP against
+    one GPU. `gpus`: the most GPUs to scale to."""
     shape, one = _shape(iters), _one(iters)
     return {
         # 1. one layer, term by term: fused (TE) vs materialized (local) attention, and recompute
@@ -62,7 +63,10 @@ def runs(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
         # 2. what recompute costs on one GPU (TE and the local spec), and how large a micro-batch it buys
         "recompute_1gpu": {impl: [one.replace(impl=impl, recompute=r) for r in ("none", "selective", "full")]
                            for impl in ("te", "local")},
-        "fit_mbs_1gpu": {"full": Fit(one.replace(mbs=1, gbs=1, iters=FIT_ITERS, recompute="full"), "mbs", gpu)},
+        "fit_mbs_1gpu": {r: Fit(one.replace(mbs=1, gbs=1, iters=FIT_ITERS, recompute=r), "mbs", gpu)
+                         for r in ("full", "none")},
+        # where the time of each recompute choice goes: GPU kernels by kind (profiled; not a timing)
+        "profile_recompute_1gpu": [Profiled(one.replace(recompute=r)) for r in ("none", "selective", "full")],
         # 3. still correct: TP + SP against one GPU
         "parity": [_stable(t) for t in degrees(gpus) if t in RECORDED_SP_PARITY],
     }
@@ -70,8 +74,7 @@ def runs(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
 
 def pending(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
     """Queued for the next version: TP and SP on `gpus` GPUs (per-layer memory, profiled collectives, what
-    fits gpt-8.3b, recompute cost), the no-recompute micro-batch fit on one GPU, profiled one-GPU steps per
-    recompute choice, and the parities not recorded yet."""
+    fits gpt-8.3b, recompute cost), and the parities not recorded yet."""
     shape, one = _shape(iters), _one(iters)
     tops = [t for t in degrees(gpus) if t > 1]
     big = presets.get("gpt-8.3b").replace(seq=2048, dropout=0.1, iters=iters)
@@ -85,10 +88,6 @@ def pending(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
                         for name, kw in _variants(t).items()} for t in tops},
         "recompute_tp": {t: [one.replace(gpus=t, tp=t, sp=True, mbs=8, gbs=8, recompute=r)
                              for r in ("none", "selective", "full")] for t in tops},
-        # one GPU: the fit without recompute (its largest probe ended in an NCCL error, not a settled OOM),
-        # and where the time of each recompute choice goes (forward, backward, recomputation)
-        "fit_mbs_1gpu": {"none": Fit(one.replace(mbs=1, gbs=1, iters=FIT_ITERS, recompute="none"), "mbs", gpu)},
-        "profile_recompute_1gpu": [Profiled(one.replace(recompute=r)) for r in ("none", "selective", "full")],
         # still correct: TP + SP + selective recompute, and TP + SP at the degrees not recorded yet
         "parity": [_stable(t, recompute="selective") for t in tops]
                   + [_stable(t) for t in tops if t not in RECORDED_SP_PARITY],

@@ -2,14 +2,15 @@
 
 Recorded (`runs`): loss parity of PP 4, PP 4 × VPP 2 and TP 2 × PP 2 on the Llama-style gpt-350m (local
 spec, lr 1e-4, 4× H200; tools/gpu/plans/archive/stable-local.txt), whose layout records also hold each
-pipeline stage's peak memory and the step time; and gpt-8.3b on one H200, out of memory
-(tools/gpu/plans/archive/oom.txt).
+pipeline stage's peak memory and the step time; gpt-8.3b on one H200, out of memory
+(tools/gpu/plans/archive/oom.txt); and one PP 2 stage's worth of gpt-8.3b (36 layers, Transformer
+Engine) alone on one H200 at the PP 2 sweep's global batch, m = 1, 2, 4, 8: the step without bubble.
 
 Queued (`pending`): Shoeybi et al. 2019's gpt-8.3b (72 layers) with Transformer Engine, which theory puts
 above one H200's memory at micro-batch 1 and well inside it on two pipeline stages: the micro-batch
-sweep at a fixed global batch (the bubble), the same with v chunks per GPU, one pipeline stage's worth
-of layers alone on one GPU (the step without bubble), per-stage memory (every run records it), a
-profiled step of each schedule, and the layouts TP (+SP) × PP against each other on the same GPUs.
+sweep at a fixed global batch (the bubble), the same with v chunks per GPU, one stage's layers alone on
+one GPU for the pipelines deeper than 2, per-stage memory (every run records it), a profiled step of
+each schedule, and the layouts TP (+SP) × PP against each other on the same GPUs.
 """
 
 from __future__ import annotations
@@ -28,6 +29,13 @@ def _microbatches(gbs: int) -> list[int]:
     return [m for m in (2 ** i for i in range(gbs.bit_length())) if gbs % m == 0]
 
 
+def _one_stage(p: int, iters: int) -> list:
+    """One PP p stage's layers of gpt-8.3b alone on one GPU, at PP p's global batch, for every m."""
+    big = presets.get(MODEL).replace(iters=iters)
+    gbs = SEQS_PER_STAGE * p
+    return [big.replace(layers=big.layers // p, mbs=gbs // m, gbs=gbs) for m in _microbatches(gbs)]
+
+
 def _llama_350m():
     """The Llama-style gpt-350m of the book's strict parity records (local spec, lr 1e-4)."""
     return presets.get("gpt-350m").replace(tied_embeddings=False, position="rope", norm="RMSNorm",
@@ -36,11 +44,14 @@ def _llama_350m():
 
 
 def runs(gpus: int = 2, iters: int = ITERS) -> dict:
-    """What the records answer, whatever `gpus`: the 4-GPU parity layouts (4× H200) and one out-of-memory run."""
+    """What the records answer, whatever `gpus`: the 4-GPU parity layouts (4× H200), one out-of-memory run
+    and PP 2's stage alone on one H200."""
     base = _llama_350m().replace(gpus=4)
     return {
         # 3. why the chapter's model needs a pipeline: gpt-8.3b on one H200, recorded out of memory (micro-batch 16)
         "one_gpu": presets.get(MODEL).replace(mbs=16, gbs=16, impl="local", iters=5),
+        # 1. the step without bubble: PP 2's stage (36 layers) alone on one GPU, m = 1, 2, 4, 8 at global batch 8
+        "one_stage": {2: _one_stage(2, iters)},
         # 6. still correct: PP 4, PP 4 × VPP 2, TP 2 × PP 2 against one GPU (mbs 4, gbs 16: m = 4)
         "parity": [Parity(base.replace(pp=4)), Parity(base.replace(pp=4, vpp=2)), Parity(base.replace(tp=2, pp=2))],
     }
@@ -60,8 +71,7 @@ def pending(gpus: int = 2, iters: int = ITERS) -> dict:
     return {
         # 1. the bubble: step time against m at a fixed global batch, and one stage's layers alone on one GPU
         "bubble": {p: [pipe(p, m) for m in _microbatches(gbs(p))] for p in pps},
-        "one_stage": {p: [big.replace(layers=big.layers // p, mbs=gbs(p) // m, gbs=gbs(p))
-                          for m in _microbatches(gbs(p))] for p in pps},
+        "one_stage": {p: _one_stage(p, iters) for p in pps if p > 2},   # PP 2's is recorded (`runs`)
         # 2. interleaving: v chunks per GPU at m = p (the largest bubble) and m = 4p (mbs 1)
         "vpp": {p: {m: [pipe(p, m, vpp=v) for v in chunks(p)] for m in (p, 4 * p)} for p in pps},
         # 3. memory per stage: every run above records each rank's peak

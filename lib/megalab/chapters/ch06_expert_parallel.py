@@ -4,8 +4,14 @@ The seed tutorial's OLMoE-like model (hidden 1024, 16 layers, seq 4096, top-8 of
 1024) with Megatron Core's MoE layers, Transformer Engine's grouped GEMM and the auxiliary
 load-balancing loss; one sequence per micro-batch, 4 sequences per GPU per step.
 
-`runs` holds what the records answer (one GPU, and the EP 4 parity of moe-small); `pending` the runs
-queued for the chapter's next version (every multi-GPU layout, and profiled one-GPU steps).
+`runs` holds what the records answer (one GPU: the models, their profiled steps and a micro-batch sweep;
+and the EP 4 parity of moe-small); `pending` the runs queued for the chapter's next version (every
+multi-GPU layout).
+
+The trainer changed under these records: from commit 70bfd18 on, Transformer Engine's linears accumulate
+weight gradients straight into the fp32 main_grad, and MoE layers use Megatron's fused permutation and
+router and TE's CUTLASS grouped GEMM (megalab.wiring). A configuration's newest record answers it; the
+ones made before `FUSIONS_AT` ran the older trainer (the chapter sets them side by side).
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from megalab.specs import ITERS, PARITY_ITERS, Parity, Profiled, degrees
 
 EXPERTS = (64, 128, 256)   # the seed's rows: more experts at the same active compute
 PROFILE_ITERS = 10         # the profiler traces steps 5-7
+MICRO_BATCHES = (1, 2, 4)  # at the same global batch of 4 sequences: 4, 2 and 1 micro-batches per step
+FUSIONS_COMMIT, FUSIONS_AT = "70bfd18", "2026-11-25T04:02:15Z"   # the trainer's MoE fusions (see above)
 
 
 def _base(iters: int):
@@ -34,6 +42,11 @@ def runs(gpus: int = 2, iters: int = ITERS) -> dict:
         "dense_equal_active": _dense(base),
         # 3. more experts at the same active compute, one GPU (256: out of memory, recorded)
         "one_gpu": {n: base.replace(experts=n) for n in EXPERTS},
+        # where a one-GPU step's time goes: kernel timelines of the MoE model and its dense twin
+        "profile_one_gpu": [Profiled(base.replace(iters=PROFILE_ITERS)), Profiled(_dense(base).replace(iters=PROFILE_ITERS))],
+        # the host's per-layer work is per micro-batch: more tokens per micro-batch amortise it (same global batch)
+        "micro_batch": {m: base.replace(mbs=m) for m in MICRO_BATCHES},
+        "micro_batch_dense": {m: _dense(base).replace(mbs=m) for m in MICRO_BATCHES},
         # 6. still correct: the recorded EP 4 parity of moe-small (local spec, lr 1e-4), both dispatchers
         "parity": [Parity(presets.get("moe-small").replace(mbs=2, gbs=16, iters=PARITY_ITERS, lr=1e-4, gpus=4, ep=4,
                                                           impl="local", moe_dispatcher=d)) for d in ("alltoall", "allgather")],
@@ -41,21 +54,14 @@ def runs(gpus: int = 2, iters: int = ITERS) -> dict:
 
 
 def pending(gpus: int = 2, iters: int = ITERS) -> dict:
-    """Queued for the next version: `gpus` is the most GPUs (EP degree) swept."""
+    """Queued for the next version: `gpus` is the most GPUs (EP degree) swept; nothing on one GPU."""
     base = _base(iters)
     ds = degrees(gpus)
     top = ds[-1]
     wide = lambda **kw: base.replace(gpus=top, gbs=4 * top, **kw)  # noqa: E731  4 sequences per GPU
-    out = {
-        # where a one-GPU MoE step's time goes (6 times its dense twin at equal FLOPs): kernel timelines
-        "profile_one_gpu": [Profiled(base.replace(iters=PROFILE_ITERS)), Profiled(_dense(base).replace(iters=PROFILE_ITERS))],
-        # the host's per-layer work is per micro-batch: more tokens per micro-batch amortise it (same global batch)
-        "micro_batch": {m: base.replace(mbs=m) for m in (1, 2, 4)},
-        "micro_batch_dense": {m: _dense(base).replace(mbs=m) for m in (1, 2, 4)},
-    }
     if top == 1:
-        return out
-    return out | {
+        return {}
+    return {
         # 2. DP (experts replicated; distributed optimizer off and on) against EP = GPUs
         "dp": [base.replace(gpus=d, gbs=4 * d, dist_opt=o) for d in ds[1:] for o in (False, True)],
         "ep": [base.replace(gpus=d, gbs=4 * d, ep=d) for d in ds[1:]],

@@ -10,6 +10,7 @@
     pipeline     the bubble, the micro-batches in flight, the 1F1B and interleaved schedules (Narayanan et al. 2021 §2.2)
     moe          active vs total parameters, token-dispatcher traffic (Fedus et al. 2021)
     step_time    a roofline step time
+    stage_step   a pipeline's step from one stage's measured step, the bubble added
 
 `plan(cfg)` is the front door; every module's public names are re-exported here.
 
@@ -33,6 +34,7 @@ from megalab.theory.parameters import (has_bias, layer_params, layout, params, p
 from megalab.theory.pipeline import (bubble_fraction, bubble_over_ideal, bubble_over_step, layers_in_flight,
                                      schedule, schedule_bubble, stage_order)
 from megalab.theory.step_time import comm_by_axis_s, step_time_estimate
+from megalab.theory.stage_step import best_microbatches, pipeline_step_from_stage
 
 __all__ = [
     "has_bias", "layout", "params", "layer_params", "stage_params", "params_per_stage", "params_per_rank",
@@ -41,6 +43,7 @@ __all__ = [
     "memory", "model_state_bytes", "zero_memory", "bus_factor", "comm_bytes_per_step", "comm_time_s",
     "bubble_fraction", "bubble_over_ideal", "bubble_over_step", "memory_per_stage", "schedule", "schedule_bubble",
     "stage_order", "layers_in_flight", "active_fraction", "dispatch_bytes", "comm_by_axis_s", "step_time_estimate", "plan",
+    "pipeline_step_from_stage", "best_microbatches",
     "chunks_of_rank", "causal_work", "causal_imbalance", "attention_flops_share", "ring_step",
 ]
 

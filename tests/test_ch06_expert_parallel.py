@@ -1,0 +1,47 @@
+"""Chapter 06's runs: the recorded ones keep their keys and are answered; the trainer's change is reachable."""
+import pytest
+
+from megalab import chapters, host_bound, recording, specs
+from megalab.chapters.ch06_expert_parallel import FUSIONS_AT
+from megalab.config import RunConfig
+
+RECORDED = {"5404654363680c5c", "3b546200a489c8ab", "853fb2d327a48cde", "51de521bd37c8e86",  # dense twin; 64/128/256
+            "2547fb3793f1b282", "bd59030cef75eecb",                                       # profiled: MoE, dense
+            "3bc45a38c6ca2919", "edc5f2b11cdda44e", "5828b876cb1ba84b", "9db47d8076b9d5ab",  # micro-batch 2, 4
+            "5a2396e3748dbd44", "215e6c5d9955a53d"}                                       # moe-small EP 4 parity
+
+
+def _cfg(item) -> RunConfig:
+    return item if isinstance(item, RunConfig) else item.cfg
+
+
+@pytest.mark.parametrize("gpus", [1, 2, 4, 8])
+def test_runs_are_the_recorded_configs(gpus):
+    assert {_cfg(i).key for i in specs.items(chapters.runs("ch06", gpus))} == RECORDED
+    assert not {_cfg(i).key for i in specs.items(chapters.pending("ch06", gpus))} & RECORDED
+
+
+def test_the_store_answers_every_run():
+    assert recording.plan("ch06", gpus=2, missing_only=True) == []
+    assert recording.plan("ch06", gpus=2, gpu="H100", missing_only=True) == []
+
+
+def test_micro_batch_sweep_keeps_the_global_batch():
+    ch = chapters.runs("ch06", 2)
+    for name in ("micro_batch", "micro_batch_dense"):
+        assert {c.gbs for c in ch[name].values()} == {4} and sorted(ch[name]) == [1, 2, 4]
+    assert ch["micro_batch"][1] == ch["one_gpu"][64] and ch["micro_batch_dense"][1] == ch["dense_equal_active"]
+
+
+def test_the_older_trainer_is_reachable():
+    """Newest records are the fused trainer's; the ones before FUSIONS_AT answer 'before' for the same configs."""
+    ch = chapters.runs("ch06", 2)
+    moe, dense = (p.cfg for p in ch["profile_one_gpu"])
+    for cfg, profiled in ((moe, True), (dense, True), (ch["one_gpu"][64], False), (ch["dense_equal_active"], False),
+                          (ch["one_gpu"][128], False)):
+        old = host_bound.made_before(cfg, FUSIONS_AT, profiled=profiled)
+        assert old["recorded_at"] < FUSIONS_AT and old["status"] == "ok"
+    new = ch["profile_one_gpu"][0].run("cached", quiet=True).record
+    assert new["recorded_at"] >= FUSIONS_AT
+    assert host_bound.gpu_busy(new["profile"])["kernels"] < host_bound.gpu_busy(
+        host_bound.made_before(moe, FUSIONS_AT, profiled=True)["profile"])["kernels"]

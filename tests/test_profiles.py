@@ -1,0 +1,57 @@
+"""megalab.profiles: one profiled step's kernels by kind, and the GPU's idle gaps between them."""
+import json
+from pathlib import Path
+
+import pytest
+
+from megalab import profiles
+
+COLUMNS = ["category", "start_ms", "duration_ms", "stream"]
+
+
+def _profile(kernels):
+    return {"timeline": {"step": 7, "columns": COLUMNS, "kernels": kernels}}
+
+
+def test_gaps_are_idle_time_before_each_kernel_overlaps_count_zero():
+    p = _profile([["gemm", 0.0, 1.0, 7], ["nccl", 0.5, 1.0, 23],      # starts while the GEMM runs: no gap
+                  ["attention", 2.5, 0.5, 7],                          # 1.0 ms after the NCCL kernel ended
+                  ["other", 3.1, 0.1, 7]])                             # 0.1 ms
+    k = profiles.timeline(p)
+    assert list(k["gap_ms"]) == pytest.approx([0.0, 0.0, 1.0, 0.1])
+
+
+def test_by_kind_counts_time_and_waits():
+    p = _profile([["other", 0.0, 0.2, 7], ["attention", 1.0, 0.3, 7], ["gemm", 1.3, 1.0, 7],
+                  ["attention", 3.0, 0.3, 7], ["other", 3.3, 0.1, 7]])
+    t = profiles.by_kind(p)
+    assert t.loc["attention"].tolist() == pytest.approx([2, 0.6, 0.8 + 0.7])
+    assert t.loc["gemm", "wait_before_ms"] == pytest.approx(0.0)
+    assert t.loc["all", "kernels"] == 5 and t.loc["all", "wait_before_ms"] == pytest.approx(1.5)
+    span = 3.4
+    assert t.loc["all", "kernel_ms"] + t.loc["all", "wait_before_ms"] == pytest.approx(span)   # one stream
+
+
+def test_a_recorded_profile_reads():
+    """The chapter's profiled step (if the store is here): kinds present, idle time non-negative."""
+    path = Path(__file__).resolve().parents[1] / "results" / "runs.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines() if '"kernel_s_per_step"' in line]
+    if not records:
+        pytest.skip("no profiled record in results/")
+    t = profiles.by_kind(records[-1]["profile"])
+    assert (t["wait_before_ms"] >= 0).all()
+    assert t.loc["all", "kernels"] == len(records[-1]["profile"]["timeline"]["kernels"])
+
+
+def test_kernel_ms_and_extra_over_a_baseline():
+    import pandas as pd
+    rec = lambda g, a: {"profile": {"kernel_s_per_step": {"nccl": 0.0, "gemm": g, "attention": a, "other": 0.01}}}
+    ms = profiles.kernel_ms({"none": rec(0.075, 0.030), "full": rec(0.100, 0.040)})
+    assert list(ms.index) == ["gemm", "attention", "other", "all kernels"]          # nccl never ran
+    assert ms.at["all kernels", "full"] == pytest.approx(150.0)
+    ratios = pd.DataFrame({"none": {"gemm": 1.0, "attention": 1.0}, "full": {"gemm": 1.3, "attention": 4 / 3}})
+    extra = profiles.extra_over(ms, "none", ratios).set_index(["kernel kind", "series"])["extra_ms"]
+    assert extra[("gemm", "full, measured")] == pytest.approx(25.0)
+    assert extra[("gemm", "full, predicted")] == pytest.approx(22.5)
+    assert extra[("attention", "full, predicted")] == pytest.approx(10.0)
+    assert ("other", "full, predicted") not in extra.index and ("other", "full, measured") in extra.index
