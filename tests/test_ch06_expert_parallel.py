@@ -1,7 +1,7 @@
 """Chapter 06's runs: the recorded ones keep their keys and are answered; the trainer's change is reachable."""
 import pytest
 
-from megalab import chapters, host_bound, recording, specs
+from megalab import chapters, profiles, recording, specs
 from megalab.chapters.ch06_expert_parallel import FUSIONS_AT
 from megalab.config import RunConfig
 
@@ -39,9 +39,9 @@ def test_the_older_trainer_is_reachable():
     moe, dense = (p.cfg for p in ch["profile_one_gpu"])
     for cfg, profiled in ((moe, True), (dense, True), (ch["one_gpu"][64], False), (ch["dense_equal_active"], False),
                           (ch["one_gpu"][128], False)):
-        old = host_bound.made_before(cfg, FUSIONS_AT, profiled=profiled)
+        old = profiles.made_before(cfg, FUSIONS_AT, profiled=profiled)
         assert old["recorded_at"] < FUSIONS_AT and old["status"] == "ok"
     new = ch["profile_one_gpu"][0].run("cached", quiet=True).record
     assert new["recorded_at"] >= FUSIONS_AT
-    assert host_bound.gpu_busy(new["profile"])["kernels"] < host_bound.gpu_busy(
-        host_bound.made_before(moe, FUSIONS_AT, profiled=True)["profile"])["kernels"]
+    assert profiles.gpu_busy(new["profile"])["kernels"] < profiles.gpu_busy(
+        profiles.made_before(moe, FUSIONS_AT, profiled=True)["profile"])["kernels"]

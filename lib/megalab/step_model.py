@@ -10,7 +10,7 @@ bandwidth), this model adds what the records show it lacks. Per GPU, for the bus
 
     gpu   = GEMM FLOPs / (gemm_eff·R) + attention-core FLOPs / (attn_eff·R)        per micro-batch
     host  = host_layer · layers per stage (4/3 of it under full recompute: one more forward)
-            + expert_gemm · expert GEMMs (Transformer Engine runs one cuBLAS GEMM per local expert)
+            + expert_gemm · expert GEMMs (per-expert host work: theory.moe.expert_gemms_per_step)
     stage = max(host, gpu): the host issues kernels ahead of the GPU, so a layer waits for whichever is
             slower; host + gpu for MoE layers, whose router waits on the GPU every forward
             (theory.moe.host_syncs_per_step) so the host cannot run ahead

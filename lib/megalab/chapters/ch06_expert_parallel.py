@@ -17,12 +17,13 @@ ones made before `FUSIONS_AT` ran the older trainer (the chapter sets them side 
 from __future__ import annotations
 
 from megalab import presets
+from megalab.records import TRAINER_CHANGES
 from megalab.specs import ITERS, PARITY_ITERS, Parity, Profiled, degrees
 
 EXPERTS = (64, 128, 256)   # the seed's rows: more experts at the same active compute
 PROFILE_ITERS = 10         # the profiler traces steps 5-7
 MICRO_BATCHES = (1, 2, 4)  # at the same global batch of 4 sequences: 4, 2 and 1 micro-batches per step
-FUSIONS_COMMIT, FUSIONS_AT = "70bfd18", "2026-11-25T04:02:15Z"   # the trainer's MoE fusions (see above)
+FUSIONS_AT, FUSIONS_COMMIT = TRAINER_CHANGES[0][:2]   # the trainer's MoE fusions (see above)
 
 
 def _base(iters: int):

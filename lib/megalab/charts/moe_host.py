@@ -1,5 +1,5 @@
 """Where a one-GPU step's time goes when the host, not the GPU, sets the pace: wall time against GPU-busy
-time and kernels per step (megalab.host_bound), and step time and MFU against the micro-batch size."""
+time and kernels per step (megalab.profiles), and step time and MFU against the micro-batch size."""
 from __future__ import annotations
 
 import plotly.graph_objects as go
@@ -9,7 +9,7 @@ from megalab.charts._style import PALETTE, SYMBOLS, TEMPLATE, _split_yours, _you
 
 
 def busy_vs_wall(df, label: str = "label", title: str = "Per step: wall time against GPU-busy time") -> go.Figure:
-    """Two panels over the same rows of `df` (host_bound.compare's columns, and a column `label` naming each
+    """Two panels over the same rows of `df` (profiles.compare's columns, and a column `label` naming each
     row on the x axis): seconds per step, the wall time (bars) beside the time the GPU was busy (bars,
     labelled with busy_frac); and kernels per step. A GPU busy for a small share of the step waits on the host."""
     x = df[label].astype(str).tolist()

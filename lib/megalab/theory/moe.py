@@ -25,10 +25,11 @@ EXPERT_LINEARS = 2  # fc1 (gate and up in one GEMM under SwiGLU) and fc2 per exp
 # zero the fp32 grad buffer (write 4), grad norm (read 4), Adam (read master, grad, m, v; write master,
 # m, v: 28), copy the fp32 master into the bf16 weight (read 4, write 2). Clipping's rescale is left out.
 ZERO_BYTES, NORM_BYTES, ADAM_BYTES, COPY_BYTES = 4, 4, 28, 6
-# Expert weights per micro-batch: forward and dgrad read the bf16 weight (2 + 2); wgrad writes a bf16
-# gradient (2) that Megatron's DDP hook adds into the fp32 main_grad (read 2 + 4, write 4) when TE cannot
-# accumulate into main_grad itself (gradient_accumulation_fusion needs Apex's extension).
-EXPERT_WEIGHT_BYTES = 2 + 2 + 2 + 10
+# Expert weights per micro-batch: forward and dgrad read the bf16 weight (2 + 2); the wgrad GEMM adds into
+# the fp32 main_grad in place (read 4, write 4): Transformer Engine accumulates there itself since the
+# trainer's first revision change (records.TRAINER_CHANGES; before it, a bf16 gradient was written and
+# Megatron's DDP hook added it to main_grad: 2 + 10 bytes instead of 8).
+EXPERT_WEIGHT_BYTES = 2 + 2 + 8
 
 
 def active_fraction(cfg) -> float:
@@ -72,31 +73,34 @@ def tokens_per_expert(cfg) -> float:
 
 
 def expert_gemms_per_step(cfg) -> int:
-    """Expert GEMMs one GPU runs per step when every expert runs its own GEMM, as Transformer Engine 2.11's
-    GroupedLinear does by default (common/gemm/cublaslt_gemm.cu, multi_stream_cublas_gemm: one cuBLAS GEMM
-    per expert, round-robin over a few streams; a CUTLASS grouped kernel only with
-    NVTE_USE_CUTLASS_GROUPED_GEMM=1 on Hopper) and Megatron's SequentialMLP too: local experts × 2 linears
-    × 3 passes (forward, dgrad, wgrad; one more forward under full recompute) × MoE layers per stage ×
-    micro-batches."""
+    """Per-expert GEMMs one GPU issues per step, counted as if every expert ran its own: local experts × 2
+    linears × 3 passes (forward, dgrad, wgrad; one more forward under full recompute) × MoE layers per stage
+    × micro-batches. Transformer Engine 2.11's GroupedLinear runs one cuBLAS GEMM per expert by default
+    (common/gemm/cublaslt_gemm.cu, multi_stream_cublas_gemm), as Megatron's SequentialMLP does; the trainer
+    sets NVTE_USE_CUTLASS_GROUPED_GEMM=1 (megalab.wiring.environment), so on Hopper forward and dgrad run one
+    CUTLASS kernel per linear, and the count measures the per-expert work the host still does (step_model's
+    expert_gemm constant prices it)."""
     if not cfg.experts:
         return 0
     passes = 3 + (cfg.recompute == "full")
     return cfg.experts // cfg.ep * EXPERT_LINEARS * passes * (cfg.layers // cfg.pp) * cfg.num_microbatches
 
 
-def host_syncs_per_step(cfg, permute_fusion: bool = False) -> int:
+def host_syncs_per_step(cfg, permute_fusion: bool | None = None) -> int:
     """Times per step the host waits for the GPU inside the MoE layers (Megatron Core 0.16.1, dropless).
 
     Each forward pass over a MoE layer, per micro-batch:
     alltoall: the routing metadata's device-to-host copy is waited for once (token_dispatcher.py:899,
-      `d2h_event.synchronize()`); unfused permutation (moe_permute_fusion False, the default) adds two
-      masked_select (moe_utils.py:369, 372), whose output size the host must read: 3, or 1 fused.
+      `d2h_event.synchronize()`); unfused permutation (moe_permute_fusion False, Megatron's default) adds
+      two masked_select (moe_utils.py:369, 372), whose output size the host must read: 3, or 1 fused.
     allgather: tokens_per_expert `.cpu()` (token_dispatcher.py:295) and local_probs.masked_select
       (token_dispatcher.py:304), plus the unfused permutation's masked_select (moe_utils.py:369): 3, or 2.
-    The backward pass reuses the sizes and adds none. A dense layer has none.
+    The backward pass reuses the sizes and adds none. A dense layer has none. permute_fusion None: as the
+    trainer runs it (fused with Transformer Engine, megalab.wiring).
     """
     if not cfg.experts:
         return 0
+    permute_fusion = cfg.impl == "te" if permute_fusion is None else permute_fusion
     per_layer = (1 if permute_fusion else 3) if cfg.moe_dispatcher == "alltoall" else (2 if permute_fusion else 3)
     forward_passes = 2 if cfg.recompute == "full" else 1
     return per_layer * forward_passes * (cfg.layers // cfg.pp) * cfg.num_microbatches

@@ -1,7 +1,7 @@
-"""host_bound: GPU-busy time of a profiled step (the union of kernel intervals), records before a trainer change."""
+"""profiles: GPU-busy time of a profiled step (the union of kernel intervals), records before a trainer change."""
 import pytest
 
-from megalab import host_bound, presets
+from megalab import presets, profiles
 from megalab.results import NotRecorded
 from megalab.store import Store
 
@@ -13,15 +13,15 @@ def _profile(kernels):
 
 
 def test_union_counts_overlaps_once():
-    assert host_bound.union_seconds([]) == 0.0
-    assert host_bound.union_seconds([(0.0, 2.0), (1.0, 2.0)]) == pytest.approx(3e-3)     # [0, 3] ms
-    assert host_bound.union_seconds([(5.0, 1.0), (0.0, 1.0), (0.5, 0.1)]) == pytest.approx(2e-3)  # gap 1-5 ms idle
-    assert host_bound.union_seconds([(0.0, 1.0), (1.0, 1.0)]) == pytest.approx(2e-3)     # touching: one run
+    assert profiles.union_seconds([]) == 0.0
+    assert profiles.union_seconds([(0.0, 2.0), (1.0, 2.0)]) == pytest.approx(3e-3)     # [0, 3] ms
+    assert profiles.union_seconds([(5.0, 1.0), (0.0, 1.0), (0.5, 0.1)]) == pytest.approx(2e-3)  # gap 1-5 ms idle
+    assert profiles.union_seconds([(0.0, 1.0), (1.0, 1.0)]) == pytest.approx(2e-3)     # touching: one run
 
 
 def test_gpu_busy_of_a_step_on_two_streams():
     # a GEMM on stream 7 overlaps an NCCL kernel on stream 23; then the GPU idles 6 ms waiting on the host
-    busy = host_bound.gpu_busy(_profile([["gemm", 0.0, 3.0, 7], ["nccl", 1.0, 3.0, 23], ["other", 10.0, 1.0, 7]]))
+    busy = profiles.gpu_busy(_profile([["gemm", 0.0, 3.0, 7], ["nccl", 1.0, 3.0, 23], ["other", 10.0, 1.0, 7]]))
     assert busy["kernels"] == 3 and busy["step"] == 7
     assert busy["kernel_s"] == pytest.approx(7e-3)   # durations summed: overlap counted twice
     assert busy["busy_s"] == pytest.approx(5e-3)     # [0, 4] and [10, 11] ms
@@ -44,13 +44,13 @@ def test_made_before_and_compare(tmp_path):
         store.append(_record(cfg, when, s, commit=commit))
     store.append(_record(cfg, "2026-11-24T13:00:00Z", 2.5, profiled=True, commit="old1111"))
     at = "2026-11-25T04:00:00Z"
-    before = host_bound.made_before(cfg, at, store=store)
+    before = profiles.made_before(cfg, at, store=store)
     assert before["git_commit"] == "old1111"                       # the newest before, not the newest of all
-    assert host_bound.made_before(cfg, at, profiled=True, store=store)["summary"]["step_time_s"] == 2.5
+    assert profiles.made_before(cfg, at, profiled=True, store=store)["summary"]["step_time_s"] == 2.5
     with pytest.raises(NotRecorded):
-        host_bound.made_before(cfg, "2026-01-01T00:00:00Z", store=store)
-    prof = host_bound.made_before(cfg, at, profiled=True, store=store)
-    df = host_bound.compare({("MoE", "before"): (before, prof)})
+        profiles.made_before(cfg, "2026-01-01T00:00:00Z", store=store)
+    prof = profiles.made_before(cfg, at, profiled=True, store=store)
+    df = profiles.compare({("MoE", "before"): (before, prof)})
     row = df.loc[("MoE", "before")]
     assert row["wall_s"] == 1.9 and row["kernels"] == 2 and row["busy_s"] == pytest.approx(0.05)
     assert row["busy_frac"] == pytest.approx(0.05 / 1.9) and row["idle_s"] == pytest.approx(1.85)
