@@ -146,14 +146,19 @@ def make_record(cfg, outcome, predicted: dict | None = None, env: dict | None = 
 
 
 def _profile(run_dir) -> dict:
-    """{"profile": ...} from a profiled run's profile.json (kernel time by category, one step's timeline)."""
-    path = Path(run_dir) / "profile.json" if run_dir is not None else None
-    if path is None or not path.is_file():
-        return {}
-    try:
-        return {"profile": json.loads(path.read_text())}
-    except (OSError, ValueError):
-        return {}
+    """{"profile": ...} from a profiled run's profile.json (kernel time by category, one step's timeline) and
+    schedule.json (each pipeline stage's forward and backward passes of one step, megalab.train_log.StageClock)."""
+    out = {}
+    for name, key in (("profile.json", None), ("schedule.json", "schedule")):
+        path = Path(run_dir) / name if run_dir is not None else None
+        if path is None or not path.is_file():
+            continue
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        out.update({key: data} if key else data)
+    return {"profile": out} if out else {}
 
 
 # -- checking a record made elsewhere (megalab results --import) ----------------------------------

@@ -7,8 +7,9 @@
 
 Flags: every RunConfig field (megalab.flags.add_config_args), plus --run-dir DIR (where --profile
 writes), --dry-run (gloo on CPU: build every model chunk, print parameter counts, exit 0; Megatron
-cannot run a forward pass on CPU) and --profile (torch.profiler trace of steps 5-7 on rank 0, and a
-kernel-time table by category; needs --iters >= 8). --gpus defaults to the torchrun world size.
+cannot run a forward pass on CPU) and --profile (torch.profiler trace of steps 5-7 on rank 0, a
+kernel-time table by category, and step 3's forward and backward passes per pipeline stage in
+schedule.json; needs --iters >= 8). --gpus defaults to the torchrun world size.
 
 Output is the metrics protocol of megalab.metrics, one JSON object per line: a budget line
 (rank 0) before step 0, a step line every step and a summary line at the end (rank 0 too: the loss
@@ -45,8 +46,8 @@ from functools import partial
 from megalab import data, theory
 from megalab.config import InvalidLayout
 from megalab.flags import add_config_args, config_from_args
-from megalab.train_log import (GIB, all_gather, budget, emit, is_oom, max_over_ranks, peak_tflops, profiler,
-                               reduced_loss, step_line)
+from megalab.train_log import (GIB, SCHEDULE_STEP, StageClock, all_gather, budget, emit, is_oom, max_over_ranks,
+                               peak_tflops, profiler, reduced_loss, step_line, write_schedule)
 from megalab.weights import init_layout_invariant
 # train() calls build_training by this module's name: tools/gpu/spikes.py swaps in a probing one
 from megalab.wiring import (build_training, environment, megatron_configs, patch_moe_router_without_te,
@@ -61,7 +62,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = add_config_args(argparse.ArgumentParser(description=__doc__.split("\n")[0]))
     p.add_argument("--run-dir", default=None, help="folder for --profile output (default: cwd)")
     p.add_argument("--dry-run", action="store_true", help="CPU + gloo: build the shards, count, exit")
-    p.add_argument("--profile", action="store_true", help="torch.profiler trace of steps 5-7 (rank 0)")
+    p.add_argument("--profile", action="store_true", help="torch.profiler trace of steps 5-7 (rank 0), and step "
+                   "3's forward and backward passes per pipeline stage (schedule.json)")
     return p.parse_args(argv)
 
 
@@ -198,12 +200,31 @@ def forward_step_func(data_iterator, model):
     """Next micro-batch (first/last stage) through the chunk; middle stages take the p2p input."""
     import torch
     from megatron.core.utils import get_batch_on_this_cp_rank
-    if data_iterator is None:
-        return model(None, None, None), None  # not the last stage: the loss function is never called
-    batch = get_batch_on_this_cp_rank(next(data_iterator))  # (b, s/cp): 2 of 2*cp sequence chunks
-    ACTIVATIONS.setdefault("start", torch.cuda.memory_allocated())  # host-side counter: no sync
-    out = model(batch["tokens"], batch["position_ids"], None, labels=batch["labels"], loss_mask=batch["loss_mask"])
-    return out, partial(loss_func, batch["loss_mask"])
+    which = CLOCK.forward(CHUNKS.get(id(model), 0))  # the measured schedule (--profile, one step): else None
+    if data_iterator is None:  # not the last stage: the loss function is never called
+        out, loss = model(None, None, None), None
+    else:
+        batch = get_batch_on_this_cp_rank(next(data_iterator))  # (b, s/cp): 2 of 2*cp sequence chunks
+        ACTIVATIONS.setdefault("start", torch.cuda.memory_allocated())  # host-side counter: no sync
+        out = model(batch["tokens"], batch["position_ids"], None, labels=batch["labels"], loss_mask=batch["loss_mask"])
+        loss = partial(loss_func, batch["loss_mask"])
+    CLOCK.after_forward(which, out)
+    return out, loss
+
+
+# The pipeline schedule as it ran (--profile): CUDA events around each micro-batch's passes, step SCHEDULE_STEP.
+CLOCK = StageClock()
+CHUNKS: dict = {}  # id(model chunk) -> its index on this rank (interleaving: several)
+
+
+def clock_chunks(model) -> None:
+    """Let CLOCK tell the chunks apart and see each chunk's decoder input (where its backward ends)."""
+    from megatron.core.utils import get_attr_wrapped_model
+    for i, m in enumerate(model):
+        CHUNKS[id(m)] = i
+        decoder = get_attr_wrapped_model(m, "decoder")
+        decoder.register_forward_pre_hook(lambda mod, args, kw: CLOCK.input_hook(
+            kw.get("hidden_states") if kw.get("hidden_states") is not None else mod.input_tensor), with_kwargs=True)
 
 
 # -- main -----------------------------------------------------------------------------------------
@@ -273,6 +294,8 @@ def train(cfg, args, rank: int) -> None:
     forward_backward_func = get_forward_backward_func()  # no pipelining, 1F1B, or interleaved 1F1B
 
     prof = profiler(args.run_dir or ".") if args.profile and rank == 0 else None
+    if args.profile:
+        clock_chunks(model)
     if rank == 0:
         emit(budget(cfg, per_rank))
     if prof is not None:
@@ -289,10 +312,18 @@ def train(cfg, args, rank: int) -> None:
             m.zero_grad_buffer()
         optimizer.zero_grad()
         ACTIVATIONS.clear()
+        timed = args.profile and step == SCHEDULE_STEP
+        if timed:
+            CLOCK.start()
         losses = forward_backward_func(
             forward_step_func=forward_step_func, data_iterator=data_iterator, model=model,
             num_microbatches=cfg.num_microbatches, seq_length=cfg.seq, micro_batch_size=cfg.mbs,
             decoder_seq_length=cfg.seq, forward_only=False)
+        if timed:
+            gathered = [None] * torch.distributed.get_world_size()
+            torch.distributed.all_gather_object(gathered, (ps.get_pipeline_model_parallel_rank(), CLOCK.stop()))
+            if rank == 0:
+                write_schedule(args.run_dir or ".", step, [t for _, t in gathered], [p for p, _ in gathered])
         lr = get_canonical_lr_for_logging(optimizer.param_groups)
         _, grad_norm, _ = optimizer.step()  # CPU-GPU sync point inside Megatron: the clip norm's .item()
         scheduler.step(increment=1)

@@ -117,3 +117,91 @@ def is_oom(e: BaseException) -> bool:
     import torch
     from megalab.metrics import is_oom_text
     return isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e) or is_oom_text(str(e))
+
+
+# -- the pipeline schedule as it ran: one step's forward and backward passes per stage --------------------
+SCHEDULE_STEP = 3  # a profiled run also times step 3's passes (after the warm-up steps, before the profiler)
+
+
+class StageClock:
+    """CUDA events at the start and end of every micro-batch's forward and backward pass on this rank, for
+    one step: the measured pipeline schedule that chapter 05 draws beside theory.schedule's.
+
+    forward: from forward_step_func's call into the model chunk to its return. backward: from the moment
+    the gradient of the chunk's output arrives to the moment the gradient of the chunk's input (the
+    embedding output on the first stage, the received activation elsewhere) is computed. Times are seconds
+    from an event recorded right after a barrier at the step's start, so ranks agree to within the barrier's
+    skew. Off (no events, no hooks acting) outside the timed step; recomputation's forward inside the
+    backward pass is not counted as a forward (marks only while forward_step_func runs the chunk)."""
+
+    def __init__(self):
+        self.on, self.events, self.current, self.t0, self.counts = False, [], None, None, {}
+
+    def start(self) -> None:
+        import torch
+        torch.distributed.barrier()
+        self.t0, self.events, self.counts, self.on = self._event(), [], {}, True
+
+    @staticmethod
+    def _event():
+        import torch
+        e = torch.cuda.Event(enable_timing=True)
+        e.record()
+        return e
+
+    def mark(self, chunk: int, microbatch: int, kind: str, edge: str) -> None:
+        if self.on:
+            self.events.append((chunk, microbatch, kind, edge, self._event()))
+
+    def forward(self, chunk: int):
+        """Before a chunk's forward: (chunk, micro-batch number) to pass to `after_forward`, or None when off."""
+        if not self.on:
+            return None
+        mb = self.counts[chunk] = self.counts.get(chunk, -1) + 1
+        self.current = (chunk, mb)
+        self.mark(chunk, mb, "F", "start")
+        return self.current
+
+    def after_forward(self, which, output) -> None:
+        """The forward ends; the backward starts when the output's gradient arrives."""
+        self.current = None
+        if which is None:
+            return
+        self.mark(*which, "F", "end")
+        if getattr(output, "requires_grad", False):
+            output.register_hook(lambda grad: self.mark(*which, "B", "start"))
+
+    def input_hook(self, hidden):
+        """For the chunk's decoder input while its forward runs: the backward ends when its gradient is computed."""
+        which = self.current
+        if which is not None and getattr(hidden, "requires_grad", False):
+            hidden.register_hook(lambda grad: self.mark(*which, "B", "end"))
+
+    def stop(self) -> list:
+        """Synchronize and read the step: [{chunk, microbatch, kind, start_s, end_s}], in start order."""
+        import torch
+        torch.cuda.synchronize()
+        self.on, self.current = False, None
+        return tasks_from_marks([(c, m, k, edge, self.t0.elapsed_time(e) / 1e3) for c, m, k, edge, e in self.events])
+
+
+def tasks_from_marks(marks) -> list:
+    """(chunk, microbatch, kind, "start"|"end", seconds) marks -> tasks with both ends, in start order."""
+    opened, tasks = {}, []
+    for chunk, mb, kind, edge, t in marks:
+        if edge == "start":
+            opened[(chunk, mb, kind)] = t
+        elif (chunk, mb, kind) in opened:
+            tasks.append({"chunk": chunk, "microbatch": mb, "kind": kind,
+                          "start_s": opened.pop((chunk, mb, kind)), "end_s": t})
+    return sorted(tasks, key=lambda x: x["start_s"])
+
+
+def write_schedule(run_dir: str, step: int, per_rank: list, pp_of_rank: list) -> None:
+    """Rank 0: schedule.json, one pipeline stage's tasks per stage (its first rank's), beside profile.json."""
+    stages = {}
+    for tasks, stage in zip(per_rank, pp_of_rank):
+        stages.setdefault(str(stage), tasks)
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "schedule.json"), "w") as f:
+        json.dump({"step": step, "stages": stages}, f)
