@@ -319,7 +319,7 @@ def train(cfg, args, rank: int) -> None:
             forward_step_func=forward_step_func, data_iterator=data_iterator, model=model,
             num_microbatches=cfg.num_microbatches, seq_length=cfg.seq, micro_batch_size=cfg.mbs,
             decoder_seq_length=cfg.seq, forward_only=False)
-        if timed:
+        if timed:  # every rank's passes to rank 0; a failure costs the schedule, not the run
             gathered = [None] * torch.distributed.get_world_size()
             torch.distributed.all_gather_object(gathered, (ps.get_pipeline_model_parallel_rank(), CLOCK.stop()))
             if rank == 0:

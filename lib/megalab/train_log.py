@@ -151,7 +151,10 @@ class StageClock:
 
     def mark(self, chunk: int, microbatch: int, kind: str, edge: str) -> None:
         if self.on:
-            self.events.append((chunk, microbatch, kind, edge, self._event()))
+            try:  # called from autograd hooks too: a failed mark loses one pass, never the step
+                self.events.append((chunk, microbatch, kind, edge, self._event()))
+            except Exception as e:  # noqa: BLE001
+                print(f"schedule: mark {kind} {edge} lost: {e}", file=sys.stderr, flush=True)
 
     def forward(self, chunk: int):
         """Before a chunk's forward: (chunk, micro-batch number) to pass to `after_forward`, or None when off."""
@@ -182,7 +185,11 @@ class StageClock:
         import torch
         torch.cuda.synchronize()
         self.on, self.current = False, None
-        return tasks_from_marks([(c, m, k, edge, self.t0.elapsed_time(e) / 1e3) for c, m, k, edge, e in self.events])
+        try:
+            return tasks_from_marks([(c, m, k, edge, self.t0.elapsed_time(e) / 1e3) for c, m, k, edge, e in self.events])
+        except Exception as e:  # noqa: BLE001  (an event never recorded): no schedule, the run goes on
+            print(f"schedule: not recorded: {e}", file=sys.stderr, flush=True)
+            return []
 
 
 def tasks_from_marks(marks) -> list:
