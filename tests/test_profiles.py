@@ -55,3 +55,13 @@ def test_kernel_ms_and_extra_over_a_baseline():
     assert extra[("gemm", "full, predicted")] == pytest.approx(22.5)
     assert extra[("attention", "full, predicted")] == pytest.approx(10.0)
     assert ("other", "full, predicted") not in extra.index and ("other", "full, measured") in extra.index
+
+
+def test_schedule_tasks_are_gantt_rows_per_stage():
+    from megalab import charts, profiles
+    t = lambda c, m, k, a, b: {"chunk": c, "microbatch": m, "kind": k, "start_s": a, "end_s": b}  # noqa: E731
+    prof = {"schedule": {"step": 3, "stages": {"1": [t(0, 0, "F", 1.0, 2.0)], "0": [t(0, 0, "F", 0.0, 1.0), t(1, 0, "B", 3.0, 4.0)]}}}
+    rows = profiles.schedule_tasks(prof)
+    assert [(r["row"], r["kind"], r["label"]) for r in rows] == [("stage 0", "F", 0), ("stage 0", "B", 0), ("stage 1", "F", 0)]
+    assert profiles.schedule_tasks(prof, chunks=2)[1]["kind"] == "B1" and profiles.schedule_tasks({}) == []
+    assert len(charts.gantt(rows).data) == 2   # one trace per kind

@@ -23,7 +23,8 @@ host (Python, per-layer work, launches, host-device syncs), and faster kernels w
 
 from __future__ import annotations
 
-__all__ = ["timeline", "by_kind", "kernel_ms", "extra_over", "union_seconds", "gpu_busy", "made_before", "compare"]
+__all__ = ["timeline", "by_kind", "kernel_ms", "extra_over", "union_seconds", "gpu_busy", "made_before", "compare",
+           "schedule_tasks"]
 
 from collections.abc import Iterable
 
@@ -130,3 +131,13 @@ def compare(pairs: dict) -> "pd.DataFrame":  # noqa: F821
                        "commit": (profiled.get("git_commit") or "")[:7], "timed_commit": (timed.get("git_commit") or "")[:7],
                        "recorded": (profiled.get("recorded_at") or "")[:10]}
     return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def schedule_tasks(profile: dict, chunks: int = 1) -> list:
+    """The measured pipeline schedule of a profiled record (`profile.schedule`, megalab.train_log.StageClock)
+    as charts.gantt tasks: one row per stage, kind "F"/"B" (with the chunk, "F1", when a GPU holds several),
+    labelled with the micro-batch, seconds from the step's start. Empty if the run kept none."""
+    sched = (profile or {}).get("schedule") or {}
+    return [{"row": f"stage {stage}", "start_s": t["start_s"], "end_s": t["end_s"], "label": t["microbatch"],
+             "kind": t["kind"] + (str(t["chunk"]) if chunks > 1 else "")}
+            for stage, tasks in sorted(sched.get("stages", {}).items(), key=lambda kv: int(kv[0])) for t in tasks]
