@@ -46,8 +46,8 @@ from functools import partial
 from megalab import data, theory
 from megalab.config import InvalidLayout
 from megalab.flags import add_config_args, config_from_args
-from megalab.train_log import (GIB, SCHEDULE_STEP, StageClock, all_gather, budget, emit, is_oom, max_over_ranks,
-                               peak_tflops, profiler, reduced_loss, step_line, write_schedule)
+from megalab.train_log import (CHUNKS, CLOCK, GIB, SCHEDULE_STEP, all_gather, budget, clock_chunks, emit, is_oom,
+                               max_over_ranks, peak_tflops, profiler, reduced_loss, step_line, write_schedule)
 from megalab.weights import init_layout_invariant
 # train() calls build_training by this module's name: tools/gpu/spikes.py swaps in a probing one
 from megalab.wiring import (build_training, environment, megatron_configs, patch_moe_router_without_te,
@@ -212,19 +212,6 @@ def forward_step_func(data_iterator, model):
     return out, loss
 
 
-# The pipeline schedule as it ran (--profile): CUDA events around each micro-batch's passes, step SCHEDULE_STEP.
-CLOCK = StageClock()
-CHUNKS: dict = {}  # id(model chunk) -> its index on this rank (interleaving: several)
-
-
-def clock_chunks(model) -> None:
-    """Let CLOCK tell the chunks apart and see each chunk's decoder input (where its backward ends)."""
-    from megatron.core.utils import get_attr_wrapped_model
-    for i, m in enumerate(model):
-        CHUNKS[id(m)] = i
-        decoder = get_attr_wrapped_model(m, "decoder")
-        decoder.register_forward_pre_hook(lambda mod, args, kw: CLOCK.input_hook(
-            kw.get("hidden_states") if kw.get("hidden_states") is not None else mod.input_tensor), with_kwargs=True)
 
 
 # -- main -----------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """What the trainer reports, apart from the loop: the lines of the metrics protocol (megalab.metrics
-parses them), the collectives that gather their numbers from every rank, the profiler, the OOM test.
+parses them), the collectives that gather their numbers from every rank, the profiler, the OOM test, and
+the clock that times one step's pipeline schedule (StageClock, --profile).
 
     emit(budget(cfg, per_rank))                                          # before step 0, rank 0
     loss, *mem = max_over_ranks(device, reduced_loss(losses))            # every step, all ranks
@@ -202,6 +203,21 @@ def tasks_from_marks(marks) -> list:
             tasks.append({"chunk": chunk, "microbatch": mb, "kind": kind,
                           "start_s": opened.pop((chunk, mb, kind)), "end_s": t})
     return sorted(tasks, key=lambda x: x["start_s"])
+
+
+# The trainer's clock (--profile), and which chunk a forward_step_func call runs: id(model chunk) -> its index
+CLOCK = StageClock()
+CHUNKS: dict = {}
+
+
+def clock_chunks(model) -> None:
+    """Let CLOCK tell this rank's model chunks apart and see each chunk's decoder input (where its backward ends:
+    the embedding output on the first stage, the received activation, `input_tensor`, elsewhere)."""
+    from megatron.core.utils import get_attr_wrapped_model
+    for i, m in enumerate(model):
+        CHUNKS[id(m)] = i
+        get_attr_wrapped_model(m, "decoder").register_forward_pre_hook(lambda mod, args, kw: CLOCK.input_hook(
+            kw.get("hidden_states") if kw.get("hidden_states") is not None else mod.input_tensor), with_kwargs=True)
 
 
 def write_schedule(run_dir: str, step: int, per_rank: list, pp_of_rank: list) -> None:
