@@ -74,8 +74,8 @@ def family(cfg) -> str:
 
 def usable_records(store=None, gpu: str = "H200") -> list[dict]:
     """The run records a calibration may use (see the module docstring), newest per configuration, oldest first."""
-    from megalab.store import _store
-    return [r for cfg, r in _store(store).timed(gpu).values()
+    from megalab import timings
+    return [r for cfg, r in timings.timed(store, gpu).values()
             if (r.get("summary") or {}).get("step_time_s") and cfg.compile and cfg.impl == "te" and not cfg.problems()]
 
 

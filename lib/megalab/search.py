@@ -202,8 +202,9 @@ def _rates(gpu: str, dtype: str, gpus: int, store) -> tuple[float | None, float 
 
 
 def _measured_index(store, gpu: str) -> dict[str, float | None]:
-    """Loose config key -> step time of the newest clean ok record on this GPU model (Store.timed)."""
-    return {key: (r.get("summary") or {}).get("step_time_s") for key, (_, r) in store.timed(gpu).items()}
+    """Loose config key -> step time of the newest clean ok record on this GPU model (timings.timed)."""
+    from megalab import timings
+    return {key: (r.get("summary") or {}).get("step_time_s") for key, (_, r) in timings.timed(store, gpu).items()}
 
 
 # -- ranking --------------------------------------------------------------------------------------
@@ -268,7 +269,7 @@ def search(model_cfg: RunConfig, gpus: int, gpu: str = "H200", gbs: int | None =
     on something the search does not vary.
     """
     from megalab.results import _store
-    from megalab.store import loose_key
+    from megalab.timings import loose_key
     if top is not None and top < 1:
         raise ValueError(f"top={top}: pass 1 or more, or None for every layout")
     unknown = sorted(set(limits) - set(AXES))

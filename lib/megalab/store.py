@@ -158,51 +158,6 @@ class Store:
         order = {id(r): i for i, r in enumerate(found)}
         return sorted(found, key=lambda r: (r.get("recorded_at") or "", order[id(r)]), reverse=True)
 
-    def timed(self, gpu_model: str) -> dict:
-        """Loose config key (`loose_key`) -> (RunConfig, record): the newest ok record of each configuration
-        on `gpu_model` that timed its steps cleanly: not retracted, not profiled (slower steps), not packed
-        beside other runs on its host, with a config that loads. What the layout search marks as measured
-        and the step-time calibration fits on."""
-        out = {}
-        for cfg, r in self._clean_timings(gpu_model):
-            out.pop(loose_key(cfg), None)
-            out[loose_key(cfg)] = (cfg, r)  # newest last: it wins, and keeps the order of recording
-        return out
-
-    def repeats(self, gpu_model: str) -> dict:
-        """(loose config key, trainer revision) -> [(RunConfig, record), ...] oldest first: every clean timing
-        (as `timed` takes them) of one configuration made by one trainer (records.trainer_revision). Runs of
-        a configuration by an older trainer are not repeats: the trainer changed in between."""
-        from megalab.records import trainer_revision
-        out: dict = {}
-        for cfg, r in self._clean_timings(gpu_model):
-            out.setdefault((loose_key(cfg), trainer_revision(r)), []).append((cfg, r))
-        return out
-
-    def by_trainer(self, cfg, gpu_model: str) -> dict:
-        """Trainer revision -> clean timings of cfg (iterations and seed aside) on gpu_model, oldest first:
-        one configuration before and after a change of the trainer (records.TRAINER_CHANGES)."""
-        return {rev: [r for _, r in v] for (key, rev), v in self.repeats(gpu_model).items() if key == loose_key(cfg)}
-
-    def _clean_timings(self, gpu_model: str):
-        """(RunConfig, record) of each ok, unretracted, unprofiled, unpacked run on `gpu_model`, oldest first."""
-        from megalab.config import RunConfig
-        retracted = set(self.errata())
-        for r in sorted(self.load("run", status="ok"), key=lambda r: r.get("recorded_at") or ""):
-            tags = r.get("tags") or []
-            if (r.get("id") in retracted or "profile" in tags or "packed" in tags
-                    or not same_gpu_model((r.get("env") or {}).get("gpu_name"), gpu_model)):
-                continue
-            try:
-                yield RunConfig.from_dict(r["config"]), r
-            except (KeyError, TypeError, ValueError):
-                continue
-
-
-def loose_key(cfg) -> str:
-    """A configuration's key with iterations and seed set aside: they do not change how long a step takes."""
-    return cfg.replace(iters=1, seed=0).key
-
 
 def _same_gpu(a: str | None, b: str | None) -> bool:
     return bool(a) and bool(b) and a.strip().casefold() == b.strip().casefold()
