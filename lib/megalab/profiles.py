@@ -78,6 +78,7 @@ def extra_over(ms, base: str, ratios=None, source: str = "reference"):
                              "extra_ms": (ratios.at[kind, col] - 1) * ms.at[kind, base]})
     return pd.DataFrame(rows)
 
+
 def union_seconds(intervals_ms: Iterable[tuple[float, float]]) -> float:
     """Seconds covered by at least one of the (start_ms, duration_ms) intervals: overlaps count once."""
     total, start, end = 0.0, None, None

@@ -212,8 +212,6 @@ def forward_step_func(data_iterator, model):
     return out, loss
 
 
-
-
 # -- main -----------------------------------------------------------------------------------------
 def main(argv=None) -> None:
     args = parse_args(argv)
