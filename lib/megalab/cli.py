@@ -147,6 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--gpu", type=_gpu_model, default="H200", help="GPU model the plan records on (default H200)")
     s.add_argument("--missing", action="store_true", help="only what results/ does not answer yet")
     s.add_argument("--pending", action="store_true", help="the runs queued for the chapter's next version")
+    s.add_argument("--host-gpus", type=usage.positive_int, default=None,
+                   help="GPUs of the host that runs the plan, if more than --gpus: timed runs then run alone")
 
     s = cmd("slurm", runs.cmd_slurm, "print an sbatch script that runs a configuration on several nodes", True)
     s.add_argument("--nodes", type=usage.positive_int, required=True, help="nodes to run on")

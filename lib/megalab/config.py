@@ -70,6 +70,9 @@ class RunConfig:
     impl: str = _f("te", "layer implementation: Transformer Engine or Megatron's local spec", ("te", "local"))
     compile: bool = _f(True, "torch.compile Megatron's and TE's fused elementwise ops (bias-GeLU, bias-dropout-add, ...); "
                              "False runs them eagerly: no compile in the first step, unfused kernels after")
+    cuda_graphs: str = _f("none", "capture each transformer layer's forward and backward once as CUDA graphs and "
+                                  "replay them: one launch instead of hundreds of kernels from Python per layer (Megatron's "
+                                  "own capture, local, or TE's make_graphed_callables, te)", ("none", "local", "te"))
     # -- run --------------------------------------------------------------------------------------
     iters: int = _f(30, "training iterations")
     seed: int = _f(1234, "random seed")
@@ -130,7 +133,8 @@ class RunConfig:
             (self.recompute != "none", f"_rc-{self.recompute}"), (self.fp8, "_fp8"),
             (self.impl != "te", f"_{self.impl}"), (self.moe_dispatcher != "alltoall", f"_{self.moe_dispatcher}"),
             (self.init != "layout_invariant" and self.runner == "megalab", f"_init-{self.init}"), (self.dropout > 0, f"_drop{self.dropout:g}"),
-            (not self.compile, "_nocompile"), (self.runner == "megatron-lm", "_peer"),
+            (not self.compile, "_nocompile"), (self.cuda_graphs != "none", f"_cg-{self.cuda_graphs}"),
+            (self.runner == "megatron-lm", "_peer"),
         ]
         return s + "".join(text for on, text in extras if on)
 
@@ -200,7 +204,7 @@ class RunConfig:
 
 _FIELDS = dataclasses.fields(RunConfig)
 _DEFAULTS = {f.name: f.default for f in _FIELDS}  # a field with a default_factory reads MISSING here
-_ADDED_AFTER_RECORDS = ("compile", "runner")  # fields added after the first records were made
+_ADDED_AFTER_RECORDS = ("compile", "runner", "cuda_graphs")  # fields added after the first records were made
 # their defaults: what a record made before the field existed ran with (records.to_frame fills them in)
 ADDED_FIELD_DEFAULTS = {name: _DEFAULTS[name] for name in _ADDED_AFTER_RECORDS}
 _FIELD_NAMES = {f.name for f in _FIELDS}

@@ -155,6 +155,19 @@ def problems(cfg, gpus_available=None, te_available=None, gpu_name=None) -> list
         # MC moe/moe_layer.MoELayer.forward: training with tp > 1 raises without sequence parallelism
         if c.tp > 1 and not c.sp:
             add(f"MoE with tp={c.tp} needs sp: pass --sp (and impl te) or set tp=1")
+    # CUDA graphs: Megatron-LM turns on TE's RNG tracker for them (arguments.py), so the layers must be TE's;
+    # MC transformer_config.__post_init__: full recompute only inside a whole-iteration graph; MC moe_layer:
+    # an MoE layer routes a data-dependent number of tokens, so only TE's capture of its attention and router
+    if c.cuda_graphs != "none":
+        if not te:
+            add(f"cuda_graphs={c.cuda_graphs} needs impl te (Transformer Engine's graph-safe RNG): pass --impl te "
+                f"or --cuda-graphs none")
+        if c.recompute == "full":
+            add("cuda_graphs with recompute full: Megatron captures full recompute only in a whole-iteration "
+                "graph; use --recompute selective (or none), or --cuda-graphs none")
+        if c.experts and c.cuda_graphs != "te":
+            add("MoE layers with CUDA graphs: use --cuda-graphs te (it captures attention and the router; the "
+                "experts run eagerly), or --cuda-graphs none")
     # MC transformer_config + TE fp8: fp8 runs TE GEMMs on Ada/Hopper/Blackwell
     if c.fp8:
         if not te:

@@ -121,6 +121,10 @@ def args(cfg) -> list[str]:
         out += ["--recompute-granularity", "selective"]
     elif cfg.recompute == "full":
         out += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", 1]
+    if cfg.cuda_graphs != "none":  # pretrain_gpt.py turns TE's RNG tracker on itself (arguments.py)
+        out += ["--cuda-graph-impl", {"local": "local", "te": "transformer_engine"}[cfg.cuda_graphs],
+                "--cuda-graph-warmup-steps", wiring.GRAPH_WARMUP_STEPS]
+        out += ["--cuda-graph-scope", "attn", "moe_router", "moe_preprocess"] if moe else []
     if cfg.fp8:
         out += ["--fp8-format", "hybrid", "--fp8-recipe", "delayed", "--fp8-amax-history-len", 1024,
                 "--fp8-amax-compute-algo", "max"]

@@ -38,10 +38,12 @@ def is_recorded(item, store=None) -> bool:
 SOLO_SERIES = ("weak", "weak_large", "weak_mbs16", "strong", "one_stage")  # their 1-GPU points are scaling baselines: timed alone
 
 
-def _jobs(chapter: str, gpus: int, gpu: str, missing_only: bool, store, pending: bool = False) -> list[tuple]:
+def _jobs(chapter: str, gpus: int, gpu: str, missing_only: bool, store, pending: bool = False,
+          host_gpus: int | None = None) -> list[tuple]:
     """(order, line) pairs for pack.py: timing baselines alone first, then the widest jobs, fits early
     (they are chains of probes), reference runs, a `wait`, the parity layouts, and last the fits that
-    take the whole host."""
+    take the whole host. On a host of `host_gpus` GPUs, a timed run narrower than the host runs alone too
+    (pack.py would start another job beside it); profiled runs, fits and parity share the host."""
     from megalab.sweep import reference_of
     found = (chapters.pending if pending else chapters.runs)(chapter, gpus)
     jobs, refs = [], set()
@@ -54,7 +56,7 @@ def _jobs(chapter: str, gpus: int, gpu: str, missing_only: bool, store, pending:
             if item.key in seen:  # the same run in two series (a baseline of both): record it once
                 continue
             seen.add(item.key)
-            alone = item.key in solo_keys
+            alone = item.key in solo_keys or (host_gpus is not None and item.gpus < host_gpus)
             order = 0 if alone else (2 if item.gpus == gpus else 4) - item.gpus / 1e3
             jobs.append((order, line_for(chapter + "!" * alone, "run", item)))
             continue
@@ -81,12 +83,13 @@ def _jobs(chapter: str, gpus: int, gpu: str, missing_only: bool, store, pending:
 
 
 def plan(chapter: str, gpus: int = 4, gpu: str = "H200", missing_only: bool = False, store=None,
-         pending: bool = False) -> list[str]:
+         pending: bool = False, host_gpus: int | None = None) -> list[str]:
     """pack.py lines (`<tag> <megalab args>`) for a chapter's records on `gpu` (fits for another GPU
     model left out), in an order that keeps the host busy; see tools/gpu/pack.py. `pending`: the runs
-    queued for the chapter's next version instead of the ones it reads now."""
+    queued for the chapter's next version instead of the ones it reads now. `host_gpus`: the GPUs of the
+    host that runs the plan, when it has more than `gpus` (timed runs then run alone)."""
     chapter = chapters.resolve(chapter)
-    return [line for _, line in _jobs(chapter, gpus, gpu, missing_only, store, pending)]
+    return [line for _, line in _jobs(chapter, gpus, gpu, missing_only, store, pending, host_gpus)]
 
 
 def read_plan(path) -> list[tuple[str, RunConfig]]:

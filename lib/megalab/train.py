@@ -50,8 +50,8 @@ from megalab.train_log import (CHUNKS, CLOCK, GIB, SCHEDULE_STEP, all_gather, bu
                                max_over_ranks, peak_tflops, profiler, reduced_loss, step_line, write_schedule)
 from megalab.weights import init_layout_invariant
 # train() calls build_training by this module's name: tools/gpu/spikes.py swaps in a probing one
-from megalab.wiring import (build_training, environment, megatron_configs, patch_moe_router_without_te,
-                            wire_schedule, with_wgrad_fusion)
+from megalab.wiring import (build_training, environment, graph_capture, megatron_configs,
+                            patch_moe_router_without_te, wire_schedule, with_wgrad_fusion)
 
 _T0 = time.time()  # start-up clock (torch and Megatron load later); $MEGALAB_LAUNCH_T wins if set
 _LAUNCH = float(os.environ.get("MEGALAB_LAUNCH_T", _T0))
@@ -100,8 +100,8 @@ def initialize_distributed(cfg, parallel: dict, dry_run: bool):
     # Megatron-LM's _set_random_seed: a seed per pipeline stage; the tracker forks tp/ep streams
     seed = cfg.seed + 100 * ps.get_pipeline_model_parallel_rank()
     torch.manual_seed(seed)
-    if not dry_run:
-        model_parallel_cuda_manual_seed(seed)
+    if not dry_run:  # CUDA graphs replay dropout from Transformer Engine's graph-safe generator
+        model_parallel_cuda_manual_seed(seed, te_rng_tracker=cfg.cuda_graphs != "none")
     return device
 
 
@@ -273,6 +273,7 @@ def train(cfg, args, rank: int) -> None:
     model, optimizer, scheduler = build_training(cfg, chunks, config, ddp_config, optim_config, device)
     startup["training_state"] = since_launch()
     after_first_step = wire_schedule(config, model, optimizer, ddp_config)
+    capture_graphs = graph_capture(cfg, config, model, optimizer, ddp_config)  # cuda_graphs te: before step 1
     data_iterator = get_data_iterator(cfg, device, len(model))
     from megatron.core.optimizer_param_scheduler import get_canonical_lr_for_logging
     from megatron.core.pipeline_parallel import get_forward_backward_func
@@ -291,6 +292,7 @@ def train(cfg, args, rank: int) -> None:
     startup["loop"] = since_launch()
     # -- the loop: zero_grad -> forward_backward_func (ends with finalize_model_grads) -> step -> log ----
     for step in range(cfg.iters):
+        capture_graphs(step)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         for m in model:

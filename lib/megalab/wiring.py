@@ -3,6 +3,7 @@
     parallel, config, ddp_config, optim_config = megatron_configs(cfg)   # the one long-name mapping
     model, optimizer, scheduler = build_training(cfg, chunks, config, ddp_config, optim_config, device)
     after_first_step = wire_schedule(config, model, optimizer, ddp_config)
+    before_step = graph_capture(cfg, config, model, optimizer, ddp_config)   # --cuda-graphs te
 
 What Megatron-LM's pretrain() does between parsing its arguments and its loop (arguments.py defaults,
 setup_model_and_optimizer, the config hooks of train()), for the subset of features megalab.train
@@ -17,6 +18,7 @@ from megalab.config import hierarchical_cp
 from megalab.weights import init_layout_invariant
 
 MOE_AUX_LOSS_COEFF = 1e-2
+GRAPH_WARMUP_STEPS = 1  # eager steps before TE's capture: inside the steps a record drops (drop_first_3)
 
 
 # -- RunConfig -> Megatron's config objects -------------------------------------------------------
@@ -73,6 +75,11 @@ def megatron_configs(cfg, dry_run: bool = False):
         # alltoall makes a CUDA stream when built; dispatchers hold no parameters, so counts agree
         moe_token_dispatcher_type="allgather" if dry_run else cfg.moe_dispatcher,
         **recompute[cfg.recompute],
+        # CUDA graphs (Megatron-LM's --cuda-graph-impl): TE's RNG tracker keeps dropout graph-safe; MoE layers
+        # capture attention and the router only (their expert compute has data-dependent shapes)
+        cuda_graph_impl={"none": "none", "local": "local", "te": "transformer_engine"}[cfg.cuda_graphs],
+        cuda_graph_scope=["attn", "moe_router", "moe_preprocess"] if moe and cfg.cuda_graphs != "none" else "full",
+        cuda_graph_warmup_steps=GRAPH_WARMUP_STEPS, use_te_rng_tracker=cfg.cuda_graphs != "none",
     )
     parallel = dict(
         tensor_model_parallel_size=cfg.tp, pipeline_model_parallel_size=cfg.pp,
@@ -163,6 +170,35 @@ def build_training(cfg, chunks, config, ddp_config, optim_config, device):
         lr_decay_steps=cfg.iters, lr_decay_style="cosine", start_wd=0.1, end_wd=0.1,
         wd_incr_steps=cfg.iters, wd_incr_style="constant")
     return model, optimizer, scheduler
+
+
+def graph_capture(cfg, config, model, optimizer, ddp_config):
+    """Megatron-LM's train() for --cuda-graph-impl transformer_engine: after GRAPH_WARMUP_STEPS eager steps,
+    capture every layer's forward and backward per micro-batch in flight (TECudaGraphHelper, which reads
+    Megatron's micro-batch calculator); later steps replay them. Returns the function to call before each
+    step. The local implementation needs none: forward_backward_func records on the first step and
+    captures at its end (create_cudagraphs in pipeline_parallel/schedules.py)."""
+    if cfg.cuda_graphs != "te":
+        return lambda step: None
+    import torch
+    from megatron.core.num_microbatches_calculator import init_num_microbatches_calculator
+    from megatron.core.transformer.cuda_graphs import TECudaGraphHelper
+
+    init_num_microbatches_calculator(torch.distributed.get_rank(), None, cfg.gbs, cfg.mbs, cfg.dp)
+    helper = TECudaGraphHelper(model, config, cfg.seq, cfg.mbs, optimizers=[optimizer])
+    hooks_off = ddp_config.overlap_param_gather  # the param all-gather pre-hooks run outside the graphs
+
+    def before_step(step):
+        if step != config.cuda_graph_warmup_steps or helper.graphs_created():
+            return
+        for m in model if hooks_off else ():
+            m.disable_forward_pre_hook(param_sync=False)
+        helper.create_cudagraphs()
+        if hooks_off:
+            for m in model:
+                m.enable_forward_pre_hook()
+            helper.cuda_graph_set_manual_hooks()
+    return before_step
 
 
 def wire_schedule(config, model, optimizer, ddp_config):

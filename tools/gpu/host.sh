@@ -25,7 +25,10 @@ fi
 export MEGALAB_RESULTS=${OUT:-/tmp/out}
 mkdir -p "$MEGALAB_RESULTS"
 # seed the store with the committed records, so auto-mode fits and parity reuse what is recorded
-# (back home, `megalab results --import` skips the records it already has)
+# (back home, `megalab results --import` skips the records it already has); an earlier call on this host
+# left its store in $kept: that copy goes first, so a plan spanning two calls does not repeat its probes
+kept=/tmp/megalab-store
+cp -n $kept/*.jsonl "$MEGALAB_RESULTS"/ 2>/dev/null
 cp -n results/*.jsonl "$MEGALAB_RESULTS"/ 2>/dev/null
 if [ "$part" = c ] && [ ! -f $prebuilt/torch.version ]; then  # bring the compiled extension home for the next host
   cp $root/dist/transformer_engine_torch-*.whl "$MEGALAB_RESULTS"/ &&
@@ -33,5 +36,6 @@ if [ "$part" = c ] && [ ! -f $prebuilt/torch.version ]; then  # bring the compil
 fi
 "$@"
 rc=$?
+mkdir -p $kept && cp "$MEGALAB_RESULTS"/*.jsonl $kept/ 2>/dev/null
 [ -d runs ] && tar czf "$MEGALAB_RESULTS/runs.tgz" --exclude='trace_rank*.json' runs
 exit $rc

@@ -50,7 +50,8 @@ def cmd_env(ns) -> int:
 
 def cmd_experiments(ns) -> int:
     from megalab.recording import plan
-    for line in plan(ns.chapter, gpus=ns.gpus, gpu=ns.gpu, missing_only=ns.missing, pending=ns.pending):
+    for line in plan(ns.chapter, gpus=ns.gpus, gpu=ns.gpu, missing_only=ns.missing, pending=ns.pending,
+                     host_gpus=ns.host_gpus):
         print(line)
     return EXIT_OK
 
