@@ -99,6 +99,12 @@ RULES = [
     (dict(mbs=0), "mbs=0 must be at least 1"),
     (dict(dropout=1.0), "dropout=1.0 must be in [0, 1)"),
     (dict(norm="RMSNorm", activation="swiglu", position="rope", impl="local", recompute="selective"), None),
+    (dict(cuda_graphs="te"), None),
+    (dict(cuda_graphs="local", impl="local"), "cuda_graphs=local needs impl te"),
+    (dict(cuda_graphs="te", recompute="full"), "cuda_graphs with recompute full"),
+    (dict(cuda_graphs="te", recompute="selective"), None),
+    (dict(cuda_graphs="local", experts=4), "MoE layers with CUDA graphs: use --cuda-graphs te"),
+    (dict(cuda_graphs="te", experts=4), None),
 ]
 
 
@@ -173,6 +179,15 @@ def test_a_field_added_later_keeps_old_keys():
     assert config_from_args(parser.parse_args(["--no-compile"])).compile is False
     assert config_from_args(parser.parse_args([])).compile is True
     assert "--no-compile" in config_to_args(c.replace(compile=False)) and "--no-compile" not in config_to_args(c)
+
+
+def test_cuda_graphs_at_its_default_keeps_old_keys():
+    """cuda_graphs came after the records: 'none' stays out of key and label; a capture is its own record."""
+    c = presets.get("gpt-1.2b").replace(gpus=4, tp=2, mbs=4, gbs=16)
+    assert c.replace(cuda_graphs="none").key == "97dca4979886cdb2"
+    assert c.replace(cuda_graphs="te").label == c.label + "_cg-te" and c.replace(cuda_graphs="te").key != c.key
+    parser = add_config_args(argparse.ArgumentParser())
+    assert config_from_args(parser.parse_args(["--cuda-graphs", "local"])).cuda_graphs == "local"
 
 
 def test_int_and_float_spellings_give_one_key():

@@ -42,6 +42,16 @@ def test_the_flags_say_the_same_model_layout_and_schedule():
     assert peer.environment(cfg) == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} and peer.environment(GPT12) == {}
 
 
+def test_cuda_graphs_become_megatron_lm_flags():
+    """--cuda-graph-impl as the trainer sets cuda_graph_impl (wiring.megatron_configs); MoE captures only
+    attention and the router, as the trainer's cuda_graph_scope."""
+    dense = peer.args(GPT12.replace(cuda_graphs="te"))
+    assert dense[dense.index("--cuda-graph-impl") + 1] == "transformer_engine" and "--cuda-graph-scope" not in dense
+    moe = peer.args(peer.peer_config(presets.get("olmoe-1b-7b").replace(gpus=1, mbs=1, gbs=8, cuda_graphs="te")))
+    assert moe[moe.index("--cuda-graph-scope") + 1:moe.index("--cuda-graph-scope") + 4] == ["attn", "moe_router", "moe_preprocess"]
+    assert "--cuda-graph-impl" not in peer.args(GPT12)
+
+
 def test_the_launcher_starts_pretrain_gpt_with_these_flags(tmp_path):
     (tmp_path / "pretrain_gpt.py").write_text("")
     cmd = launch.torchrun_command(GPT12, tmp_path / "run", peer_dir=tmp_path)

@@ -26,3 +26,16 @@ def test_wire_schedule_sets_megatron_hooks_and_restores_param_sync_after_step_0(
     assert config.param_sync_func is None and calls == [("off", False)]
     after()
     assert config.param_sync_func is Chunk.start_param_sync and calls[-1] == "on"
+
+
+def test_cuda_graphs_map_onto_megatron_and_need_no_capture_step_by_default():
+    """cuda_graphs reaches TransformerConfig as Megatron-LM's --cuda-graph-impl does (with TE's graph-safe RNG);
+    at 'none' (every record so far) nothing changes and graph_capture does nothing before a step."""
+    from megalab import presets
+    from megalab.wiring import graph_capture, megatron_configs
+    c = presets.get("gpt-350m").replace(impl="local")
+    _, none, _, _ = megatron_configs(c, dry_run=True)
+    assert (none.cuda_graph_impl, none.use_te_rng_tracker) == ("none", False)
+    _, local, _, _ = megatron_configs(c.replace(cuda_graphs="local"), dry_run=True)
+    assert (local.cuda_graph_impl, local.cuda_graph_scope, local.use_te_rng_tracker) == ("local", [], True)
+    assert graph_capture(c, none, model=None, optimizer=None, ddp_config=None)(3) is None
