@@ -3,6 +3,7 @@ are legal, scale with the GPU count and are not among them."""
 import pytest
 
 from megalab import chapters, recording, specs
+from megalab.chapters import ch03_sequence_parallel as ch03
 from megalab.config import RunConfig
 from megalab.sweep import with_value
 
@@ -18,17 +19,34 @@ def _keys(found) -> set:
 def test_the_store_answers_every_run():
     assert recording.plan("ch03", gpus=2, missing_only=True) == []
     assert recording.plan("ch03", gpus=2, gpu="H100", missing_only=True) == []
+    assert recording.plan("ch03", gpus=2, pending=True) == []          # nothing queued at 2 GPUs: all read
 
 
 @pytest.mark.parametrize("gpus", [1, 2, 4, 8])
 def test_runs_do_not_change_with_the_gpu_count_and_pending_is_apart(gpus):
-    """Only one-GPU runs and the recorded TP 2 + SP parity are read: 4 and 8 GPUs read the same ones."""
-    assert _keys(chapters.runs("ch03", gpus)) == _keys(chapters.runs("ch03", 2)) or gpus == 1
+    """One-GPU runs and the recorded TP 2 runs are read: 4 and 8 GPUs read the same ones, 1 GPU only the
+    one-GPU ones; what 4 and 8 GPUs add (TP 4, TP 8) is queued, legal and apart."""
+    found = chapters.runs("ch03", gpus)
+    if gpus == 1:
+        assert all(_cfg(i).gpus == 1 for i in specs.items(found))
+    else:
+        assert _keys(found) == _keys(chapters.runs("ch03", 2))
+        assert set(found["per_layer_tp"]) == set(found["fit_mbs"]) == set(ch03.RECORDED_TP)
     queued = chapters.pending("ch03", gpus)
     for item in specs.items(queued):
         _cfg(item).validate()
         assert _cfg(item).gpus <= gpus
-    assert not _keys(queued) & _keys(chapters.runs("ch03", gpus))
+        assert _cfg(item).tp not in ch03.RECORDED_TP
+    assert not _keys(queued) & _keys(found)
+    assert (gpus > 2) == bool(list(specs.items(queued)))
+
+
+def test_moving_runs_out_of_pending_kept_their_keys():
+    """What 8 GPUs read and queue is the same set of runs as one definition at every TP degree."""
+    both = _keys(chapters.runs("ch03", 8)) | _keys(chapters.pending("ch03", 8))
+    every = _keys(ch03._tp([2, 4, 8], ch03.ITERS, "H200"))
+    assert every <= both
+    assert {p.cfg.key for t in (2, 4, 8) for p in (ch03._stable(t), ch03._stable(t, recompute="selective"))} <= both
 
 
 def test_the_fit_without_recompute_is_settled_inside_its_window():
@@ -44,8 +62,51 @@ def test_the_fit_without_recompute_is_settled_inside_its_window():
     assert probes[result.largest].config == with_value(fit.cfg, "mbs", result.largest)
 
 
+@pytest.mark.parametrize("layout", ["tp", "tp_sp", "tp_sp_selective", "tp_full"])
+def test_the_tp2_fits_are_settled_inside_their_windows(layout):
+    """gpt-8.3b on two GPUs: every layout's largest micro-batch lies inside its window, the next one is
+    recorded out of memory, and TP alone fails at a micro-batch TP + SP fits (the chapter's claim)."""
+    fits = chapters.runs("ch03", 2)["fit_mbs"][2]
+    fit = fits[layout]
+    result = fit.run("cached", quiet=True)
+    lo, hi = fit.window
+    assert result.largest is not None and lo <= result.largest < hi
+    probes = dict(result.probes)
+    assert probes[result.largest].ok and probes[result.largest + 1].status == "oom"
+    assert probes[result.largest].config == with_value(fit.cfg, "mbs", result.largest)
+    tp, sp = (fits[k].run("cached", quiet=True).largest for k in ("tp", "tp_sp"))
+    assert tp < sp
+
+
 def test_the_profiled_steps_keep_kernels_by_kind():
-    for item in chapters.runs("ch03", 2)["profile_recompute_1gpu"]:
+    found = chapters.runs("ch03", 2)
+    for item in found["profile_recompute_1gpu"]:
         profile = item.run("cached", quiet=True).record["profile"]
         assert set(profile["kernel_s_per_step"]) >= {"gemm", "attention", "other"}
         assert profile["timeline"]["kernels"]
+    for item in found["profile_tp"]:     # TP 2 with and without SP: the NCCL kernels are there
+        profile = item.run("cached", quiet=True).record["profile"]
+        assert set(profile["kernel_s_per_step"]) >= {"gemm", "attention", "other", "nccl"}
+
+
+def test_the_tp2_runs_are_read_from_the_store():
+    """Per-layer pairs and the recompute runs at TP 2 have records with act_gib and a step time."""
+    import megalab
+    found = chapters.runs("ch03", 2)
+    for pair in found["per_layer_tp"][2].values():
+        assert all(megalab.run(c, "cached", quiet=True).summary["act_gib"] > 0 for c in pair)
+    for c in found["recompute_tp"][2]:
+        assert megalab.run(c, "cached", quiet=True).summary["step_time_s"] > 0
+    for p in [*found["parity"], *found["parity_selective"]]:
+        assert p.run("cached", quiet=True).passes
+
+
+def test_sp_runs_more_and_shorter_nccl_kernels_than_tp():
+    """profiles.nccl_kernels on the two profiled TP 2 steps: SP has at least twice TP's collectives in the
+    layers, and its typical kernel is shorter than TP's all-reduce (half the bytes each)."""
+    from megalab import profiles
+    got = {p.cfg.sp: profiles.nccl_kernels(p.run("cached", quiet=True).record["profile"])
+           for p in chapters.runs("ch03", 2)["profile_tp"]}
+    layers = chapters.runs("ch03", 2)["profile_tp"][0].cfg.layers
+    assert len(got[False]) >= 4 * layers and len(got[True]) >= 8 * layers
+    assert (got[True] > 0).all() and got[True].quantile(0.25) < got[False].quantile(0.25)

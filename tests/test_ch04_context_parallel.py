@@ -1,18 +1,21 @@
-"""Chapter 04's runs: the store answers every one (the H100's 80 GB search included); the queued ones wait for cp > 1."""
+"""Chapter 04's runs: the store answers every one at each GPU count (the H100's 80 GB search and the CP 2
+records included); the queued ones wait for the CP degrees not recorded yet."""
 import pytest
 
 from megalab import chapters, recording, specs
+from megalab.chapters.ch04_context_parallel import RECORDED_CP
 from megalab.config import RunConfig
-from megalab.specs import Fit
+from megalab.specs import Fit, Parity, Profiled
 
 
 def _cfg(item) -> RunConfig:
     return item if isinstance(item, RunConfig) else item.cfg
 
 
-def test_the_store_answers_every_run_on_both_cards():
-    assert recording.plan("ch04", gpus=2, missing_only=True) == []
-    assert recording.plan("ch04", gpus=2, gpu="H100", missing_only=True) == []
+@pytest.mark.parametrize("gpus", [1, 2, 4, 8])
+def test_the_store_answers_every_run_on_both_cards(gpus):
+    assert recording.plan("ch04", gpus=gpus, missing_only=True) == []
+    assert recording.plan("ch04", gpus=gpus, gpu="H100", missing_only=True) == []
 
 
 def test_the_80gb_search_is_recorded_and_belongs_to_the_h100_plan():
@@ -24,10 +27,37 @@ def test_the_80gb_search_is_recorded_and_belongs_to_the_h100_plan():
     assert recording.plan("ch04", gpus=2, gpu="H100", pending=True) == []
 
 
+def test_cp2_is_recorded_whole():
+    ch = chapters.runs("ch04", 2)
+    assert set(ch["fit_seq"]) == {1, 2} and [c.cp for c in ch["strong"] + ch["weak"]] == [2, 2]
+    assert {k: [c.seq for c in v] for k, v in ch["comm"].items()} == {k: [8192, 16384, 32768] for k in ("p2p", "all_gather", "a2a")}
+    assert isinstance(ch["profile"][0], Profiled) and ch["profile"][0].cfg.cp == 2
+    assert isinstance(ch["parity_long"][0], Parity) and ch["parity_long"][0].cfg.seq == 16384
+    comm = {c.key for cs in ch["comm"].values() for c in cs}
+    assert {c.key for c in ch["strong"] + ch["weak"]} <= comm     # strong and weak points are comm runs
+    assert chapters.pending("ch04", 2) == {}
+
+
 @pytest.mark.parametrize("gpus", [1, 2, 4, 8])
-def test_pending_waits_for_cp_above_one(gpus):
+def test_runs_ask_only_for_recorded_cp_and_pending_keeps_the_rest(gpus):
     recorded = {_cfg(i).key for i in specs.items(chapters.runs("ch04", gpus))}
+    assert {_cfg(i).cp for i in specs.items(chapters.runs("ch04", gpus)) if not isinstance(i, Parity)} \
+        <= {1, *(c for c in RECORDED_CP if c <= gpus)}
     for item in specs.items(chapters.pending("ch04", gpus)):
         cfg = _cfg(item)
         cfg.validate()
-        assert cfg.cp > 1 and cfg.gpus <= gpus and cfg.key not in recorded
+        assert cfg.cp > 1 and cfg.cp not in RECORDED_CP and cfg.gpus <= gpus and cfg.key not in recorded
+
+
+def test_hidden_counts_the_ring_time_that_compute_overlaps():
+    # the ring's NCCL kernel on stream 26 runs 0-4 ms; attention covers 1-2 ms and 3-6 ms (two streams);
+    # the all-reduce on the compute stream at 10-12 ms overlaps nothing
+    from megalab import profiles
+    cols = ["category", "start_ms", "duration_ms", "stream"]
+    prof = {"timeline": {"step": 7, "columns": cols, "kernels": [
+        ["nccl", 0.0, 4.0, 26], ["attention", 1.0, 1.0, 7], ["attention", 3.0, 3.0, 14], ["gemm", 6.0, 4.0, 7],
+        ["nccl", 10.0, 2.0, 7]]}}
+    assert list(profiles.nccl_streams(prof)) == [26, 7]
+    ring = profiles.hidden(prof, 26, ("attention",))
+    assert ring == pytest.approx({"comm_ms": 4.0, "hidden_ms": 2.0, "exposed_ms": 2.0, "share": 0.5})
+    assert profiles.hidden(prof, 7, ("attention", "gemm", "other"))["share"] == 0.0

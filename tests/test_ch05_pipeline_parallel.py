@@ -1,16 +1,27 @@
-"""Chapter 05's runs: the recorded ones keep their keys and are answered; the queued ones are legal and fit."""
+"""Chapter 05's runs: the recorded ones keep their keys and are answered; the queued ones are legal, fit,
+and are the chapter's plan less what is recorded."""
 import pytest
 
 from megalab import chapters, recording, specs, theory
+from megalab.chapters import ch05_pipeline_parallel as ch05
 from megalab.config import RunConfig
 
 RECORDED = {"4669ef6b6b069788", "db791470283c19f8", "8998cadd686e91fa",   # PP 4, PP 4 × VPP 2, TP 2 × PP 2 parity
             "013f07ee135a9a24",                                          # gpt-8.3b on one H200: out of memory
-            "c944886bc6e91889", "bc35eb7827ea68e4", "3ca1b82d806882f5", "25958349d91d1d00"}  # PP 2's stage alone, m = 1..8
+            "c944886bc6e91889", "bc35eb7827ea68e4", "3ca1b82d806882f5", "25958349d91d1d00",  # PP 2's stage alone, m = 1..8
+            # gpt-8.3b on PP 2 (two H200s): m = 1, 2, 4, 8 (m = 8 is also the layout PP 2), VPP 2 at m = 2
+            "3079095c61ea4788", "33ed0690b3b44c9a", "f56715761368f63a", "671eb7464a9e5229", "a0884933327daee3",
+            "4725feea16989276", "6ee657d2c534a8b3",                      # profiled: 1F1B and VPP 2 at m = 4
+            "7eb201f1f32da3bf",                                          # the layout TP 2 + SP, micro-batch 1
+            "b8a138727d4621fa", "15d918301939943d"}                      # PP 2, PP 2 × VPP 2 parity
 
 
 def _cfg(item) -> RunConfig:
     return item if isinstance(item, RunConfig) else item.cfg
+
+
+def _keys(found) -> set:
+    return {(type(i).__name__, _cfg(i).key) for i in specs.items(found)}
 
 
 @pytest.mark.parametrize("gpus", [1, 2, 4, 8])
@@ -19,14 +30,37 @@ def test_runs_are_the_recorded_configs(gpus):
     assert chapters.resolve("pipeline_parallel") == chapters.resolve("05") == "ch05"
 
 
+def test_recorded_pp2_runs_are_the_plans_own():
+    found, two = chapters.runs("ch05", 2), ch05.pending(2, recorded=True)
+    assert found["bubble"][2] == two["bubble"][2] and found["profile"][2] == two["profile"][2]
+    assert [c.num_microbatches for c in found["bubble"][2]] == [1, 2, 4, 8]
+    assert [(c.num_microbatches, c.vpp) for c in found["vpp"][2][2]] == [(2, 2)]
+    assert [(p.cfg.vpp, p.cfg.num_microbatches) for p in found["profile"][2]] == [(1, 4), (2, 4)]
+    assert [(c.tp, c.pp, c.sp) for c in found["layouts"][2]] == [(1, 2, False), (2, 1, True)]
+    assert [(p.cfg.gpus, p.cfg.pp, p.cfg.vpp) for p in found["parity_pp2"]] == [(2, 2, 1), (2, 2, 2)]
+
+
 def test_the_store_answers_every_run():
     assert recording.plan("ch05", gpus=2, missing_only=True) == []
     assert recording.plan("ch05", gpus=2, gpu="H100", missing_only=True) == []
 
 
 @pytest.mark.parametrize("gpus", [1, 2, 4, 8])
+def test_pending_is_the_plan_less_the_recorded(gpus):
+    queued, recorded = _keys(chapters.pending("ch05", gpus)), _keys(chapters.runs("ch05", gpus))
+    assert queued == _keys(ch05.pending(gpus, recorded=True)) - recorded and not queued & recorded
+
+
+def test_two_gpus_queue_the_other_chunk_counts():
+    queued = chapters.pending("ch05", 2)
+    assert {(c.num_microbatches, c.vpp) for c in specs.items(queued["vpp"])} == {(2, 3), (2, 4), (2, 6), (8, 2), (8, 3),
+                                                                                (8, 4), (8, 6)}
+    assert [(c.pp, c.vpp, c.mbs) for c in queued["layouts"][2]] == [(2, 2, 1)]
+
+
+@pytest.mark.parametrize("gpus", [1, 2, 4, 8])
 def test_pending_is_legal_scaled_and_fits(gpus):
-    queued = chapters.pending("ch05", gpus)
+    queued, every = chapters.pending("ch05", gpus), ch05.pending(gpus, recorded=True)
     found = [_cfg(i) for i in specs.items(queued)]
     for cfg in found:
         cfg.validate()
@@ -34,8 +68,41 @@ def test_pending_is_legal_scaled_and_fits(gpus):
         assert (cfg.layers // cfg.pp) % cfg.vpp == 0               # vpp: chunks that divide a stage's layers
         assert cfg.key not in RECORDED
     pipes = [p for p in specs.degrees(gpus) if p > 1]
-    assert sorted(queued.get("bubble", {})) == pipes
+    assert sorted(every["bubble"]) == pipes
+    assert sorted(queued.get("bubble", {})) == [p for p in pipes if p != ch05.RECORDED_PP]
     for p in pipes:   # the model needs the pipeline: one GPU is predicted out of memory, every PP p run fits
-        big = queued["bubble"][p][-1]
+        big = every["bubble"][p][-1]
         assert not theory.memory(big.replace(gpus=1, pp=1), "H200")["fits"]
-        assert all(c.gbs == big.gbs for c in queued["bubble"][p]) and queued["bubble"][p][0].num_microbatches == 1
+        assert all(c.gbs == big.gbs for c in every["bubble"][p]) and every["bubble"][p][0].num_microbatches == 1
+
+
+def test_schedule_stages_reads_idle_share_and_order():
+    from megalab import profiles
+    t = lambda s, m, k, a, b: {"chunk": 0, "microbatch": m, "kind": k, "start_s": a, "end_s": b}  # noqa: E731
+    sched = {"0": [t(0, 0, "F", 0.0, 1.0), t(0, 0, "B", 3.0, 5.0)], "1": [t(1, 0, "F", 1.0, 2.0), t(1, 0, "B", 2.0, 3.0)]}
+    stages = profiles.schedule_stages({"schedule": {"step": 3, "stages": sched}})
+    assert list(stages.index) == [0, 1] and stages.at[0, "order"] == [("F", 0, 0), ("B", 0, 0)]
+    assert stages.at[0, "idle_share"] == pytest.approx(0.4) and stages.at[1, "idle_share"] == pytest.approx(0.6)
+    assert stages.at[0, "backward_s"] == pytest.approx(2.0) and profiles.schedule_stages({}).empty
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["1F1B", "VPP 2"])
+def test_the_measured_schedules_run_megatrons_order(which):
+    """The profiled PP 2 steps of gpt-8.3b (m = 4): every pass of every micro-batch on both stages, in the
+    order theory.stage_order lists for Megatron Core, each backward after its forward; the ideal schedule
+    built from their mean passes has the formula's bubble."""
+    from megalab import profiles
+    item = chapters.runs("ch05", 2)["profile"][2][which]
+    cfg, prof = item.cfg, item.run("cached", quiet=True).record["profile"]
+    stages = profiles.schedule_stages(prof)
+    assert list(stages.index) == [0, 1]
+    for s in stages.index:
+        assert stages.at[s, "order"] == theory.stage_order(cfg.pp, cfg.num_microbatches, cfg.vpp, s)
+        assert 0 < stages.at[s, "idle_share"] < 1
+    for tasks in prof["schedule"]["stages"].values():
+        start = {(t["kind"], t["microbatch"], t["chunk"]): t["start_s"] for t in tasks}
+        assert all(t["end_s"] > t["start_s"] for t in tasks)
+        assert all(start[("B", mb, c)] > start[("F", mb, c)] for _, mb, c in start)
+    ideal = [dict(stage=int(t["row"].split()[1]), start=t["start_s"], end=t["end_s"]) for t in profiles.schedule_ideal(prof)]
+    assert len(ideal) == 2 * cfg.pp * cfg.num_microbatches * cfg.vpp
+    assert theory.schedule_bubble(ideal) == pytest.approx(theory.bubble_over_ideal(cfg.pp, cfg.num_microbatches, cfg.vpp))

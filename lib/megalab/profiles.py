@@ -7,6 +7,7 @@ to launch work. Under the profiler every gap is longer than in an unprofiled ste
 kernel), so gaps say where the GPU waits, and a timed, unprofiled record says for how long.
 
     >>> profiles.by_kind(record["profile"])    # per kind: kernels, kernel_ms, wait_before_ms
+    >>> profiles.nccl_kernels(record["profile"])   # each NCCL kernel's ms, in order (waits included)
     >>> ms = profiles.kernel_ms({"none": r0, "full": r1})   # ms of kernels per step by kind, one column each
     >>> profiles.extra_over(ms, "none", predicted_ratios)  # what each choice adds, measured and predicted
 
@@ -19,12 +20,17 @@ host (Python, per-layer work, launches, host-device syncs), and faster kernels w
     >>> profiles.gpu_busy(record["profile"])              # kernels, kernel_s, busy_s, span_s
     >>> profiles.made_before(cfg, "2026-11-25T04:02:15Z")  # the newest record of cfg before a trainer change
     >>> profiles.compare({("MoE", "after"): (timed, profiled), ...})   # one row per pair
+
+Does communication hide behind compute? The time an NCCL stream's kernels run while compute kernels run:
+
+    >>> ring = next(iter(profiles.nccl_streams(profile)))   # the stream with the most NCCL time
+    >>> profiles.hidden(profile, ring, ("attention",))      # comm_ms, hidden_ms, exposed_ms, share
 """
 
 from __future__ import annotations
 
 __all__ = ["timeline", "by_kind", "kernel_ms", "extra_over", "union_seconds", "gpu_busy", "made_before", "compare",
-           "schedule_tasks"]
+           "schedule_tasks", "nccl_streams", "hidden", "schedule_stages", "schedule_ideal", "nccl_kernels"]
 
 from collections.abc import Iterable
 
@@ -48,6 +54,14 @@ def by_kind(profile: dict):
                                     wait_before_ms=("gap_ms", "sum"))
     out.loc["all"] = out.sum()
     return out.astype({"kernels": int})
+
+
+def nccl_kernels(profile: dict):
+    """The durations (ms) of the step's NCCL kernels, in start order (index 0, 1, ...). A collective's kernel
+    starts when its GPU arrives and ends when the last GPU has, so each includes the wait for the others:
+    the shortest of a kind are the transfer itself."""
+    k = timeline(profile)
+    return k.loc[k["category"] == "nccl", "duration_ms"].reset_index(drop=True)
 
 
 def kernel_ms(profiled: dict):
@@ -142,3 +156,92 @@ def schedule_tasks(profile: dict, chunks: int = 1) -> list:
     return [{"row": f"stage {stage}", "start_s": t["start_s"], "end_s": t["end_s"], "label": t["microbatch"],
              "kind": t["kind"] + (str(t["chunk"]) if chunks > 1 else "")}
             for stage, tasks in sorted(sched.get("stages", {}).items(), key=lambda kv: int(kv[0])) for t in tasks]
+
+
+def _passes(profile: dict) -> dict:
+    """{stage number: its measured passes in start order} of `profile.schedule` ({} if the run kept none)."""
+    stages = ((profile or {}).get("schedule") or {}).get("stages", {})
+    return {int(s): sorted(stages[s], key=lambda t: t["start_s"]) for s in sorted(stages, key=int)}
+
+
+def _mean(xs: list) -> float:
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def schedule_stages(profile: dict):
+    """Per stage of the measured pipeline schedule (`profile.schedule`), a DataFrame indexed by stage:
+    passes, forward_s and backward_s (its mean forward and backward pass), busy_s (its passes summed: a
+    stage runs one at a time), span_s (the first pass's start to the last one's end, over all stages),
+    idle_share = 1 − busy_s / span_s (the bubble as the step's timeline shows it: (p−1)/(v·m+p−1) on equal
+    stages with free sends, theory.bubble_over_step) and order, its passes as (kind, micro-batch, chunk):
+    theory.stage_order's form. Empty if the run kept no schedule."""
+    import pandas as pd
+    stages = _passes(profile)
+    every = [t for ts in stages.values() for t in ts]
+    if not every:
+        return pd.DataFrame()
+    span = max(t["end_s"] for t in every) - min(t["start_s"] for t in every)
+    rows = {}
+    for stage, ts in stages.items():
+        took = {k: [t["end_s"] - t["start_s"] for t in ts if t["kind"] == k] for k in "FB"}
+        busy = sum(took["F"]) + sum(took["B"])
+        rows[stage] = {"passes": len(ts), "forward_s": _mean(took["F"]), "backward_s": _mean(took["B"]),
+                       "busy_s": busy, "span_s": span, "idle_share": 1 - busy / span,
+                       "order": [(t["kind"], t["microbatch"], t["chunk"]) for t in ts]}
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("stage")
+
+
+def schedule_ideal(profile: dict) -> list:
+    """The ideal schedule (theory.schedule) of the measured step's p stages, m micro-batches and v chunks,
+    each forward and backward pass taking the measured mean over all stages, as schedule_tasks rows: the
+    same step with equal stages and free sends, to draw beside the measured one."""
+    from megalab.theory import schedule
+    stages = _passes(profile)
+    every = [t for ts in stages.values() for t in ts]
+    if not every:
+        return []
+    m, v = (1 + max(t[k] for t in every) for k in ("microbatch", "chunk"))
+    tf, tb = (_mean([t["end_s"] - t["start_s"] for t in every if t["kind"] == k]) for k in "FB")
+    return [{"row": f"stage {t['stage']}", "start_s": t["start"], "end_s": t["end"], "label": t["microbatch"],
+             "kind": t["kind"] + (str(t["chunk"]) if v > 1 else "")} for t in schedule(len(stages), m, v, tf, tb)]
+
+
+def _merged(intervals_ms: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """(start, end) in ms of the union of (start_ms, duration_ms) intervals, in order, overlaps merged."""
+    out: list[list[float]] = []
+    for a, d in sorted(intervals_ms):
+        b = a + max(d, 0.0)
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def nccl_streams(profile: dict) -> dict:
+    """{CUDA stream: ms of NCCL kernels on it} of one profiled step, the busiest stream first: a ring's
+    send/recv run on a stream of their own, beside the collectives on the compute stream."""
+    k = timeline(profile)
+    ms = k[k["category"] == "nccl"].groupby("stream")["duration_ms"].sum().sort_values(ascending=False)
+    return {s: float(v) for s, v in ms.items()}
+
+
+def hidden(profile: dict, stream, behind: Iterable[str] = ("attention",)) -> dict:
+    """How much of the NCCL kernels on CUDA stream `stream` (e.g. a ring's send/recv) ran while kernels of
+    the kinds `behind` ran: comm_ms (the union of those NCCL kernels' intervals), hidden_ms (the part
+    during which a kernel of a kind in `behind` ran, on any stream), exposed_ms = comm_ms − hidden_ms, and
+    share = hidden_ms / comm_ms. An NCCL kernel's time includes waiting for its peer, so hidden time is
+    time the GPU computed while the transfer was in flight, not a transfer rate."""
+    k = timeline(profile)
+    comm = _merged(zip(*(k.loc[(k["category"] == "nccl") & (k["stream"] == stream), c] for c in ("start_ms", "duration_ms"))))
+    work = _merged(zip(*(k.loc[k["category"].isin(list(behind)), c] for c in ("start_ms", "duration_ms"))))
+    both, j = 0.0, 0
+    for a, b in comm:                     # both lists are sorted and disjoint: one sweep
+        while j < len(work) and work[j][1] <= a:
+            j += 1
+        i = j
+        while i < len(work) and work[i][0] < b:
+            both += min(b, work[i][1]) - max(a, work[i][0])
+            i += 1
+    total = sum(b - a for a, b in comm)
+    return {"comm_ms": total, "hidden_ms": both, "exposed_ms": total - both, "share": both / total if total else 0.0}

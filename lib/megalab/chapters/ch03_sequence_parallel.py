@@ -5,9 +5,9 @@ formula counts exist. Activation memory per layer is measured as the difference 
 counts (the trainer's `act_gib`: memory allocated between the start of the first forward pass and its
 loss), which cancels the embedding, the logits and the loss.
 
-`runs` holds what the records answer (one GPU, and the recorded TP + SP parity); `pending` the
-multi-GPU runs queued for the chapter's next version, built by the same definitions so that their keys
-do not change when they move into `runs`.
+`runs` holds what the records answer (one GPU, and TP 2 on two GPUs: RECORDED_TP); `pending` the
+multi-GPU runs queued for the chapter's next version (TP 4 and 8), built by the same definitions so that
+their keys do not change when they move into `runs`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ from megalab.specs import ITERS, PARITY_ITERS, Fit, Parity, Profiled, degrees
 
 LAYERS = (4, 8)   # two depths: their difference is what one layer keeps
 FIT_ITERS = 5     # a fit probe needs the peak of a step, not a timing
+RECORDED_TP = (2,)         # TP degrees whose per-layer pairs, profiled steps, fits and recompute runs are recorded
 RECORDED_SP_PARITY = (2,)  # TP degrees whose TP + SP parity is recorded
+RECORDED_SP_SELECTIVE_PARITY = (2,)  # ... and TP + SP + selective recomputation parity
 
 
 def _pair(cfg) -> list:
@@ -50,11 +52,32 @@ def _stable(t: int, **kw) -> Parity:
         iters=PARITY_ITERS, gpus=t, tp=t, sp=True, **kw))
 
 
+def _tp(ts: list, iters: int, gpu: str) -> dict:
+    """TP and SP at each TP degree of `ts`: per-layer memory, profiled collectives, what fits gpt-8.3b,
+    what recompute costs."""
+    shape, one = _shape(iters), _one(iters)
+    big = presets.get("gpt-8.3b").replace(seq=2048, dropout=0.1, iters=iters)
+    return {
+        # TP replicates 10 s·b·h per layer; SP shards it
+        "per_layer_tp": {t: {name: _pair(shape.replace(**kw)) for name, kw in _variants(t).items()} for t in ts},
+        "profile_tp": [Profiled(shape.replace(layers=8, mbs=4, gbs=4, gpus=t, tp=t, sp=sp)) for t in ts
+                       for sp in (False, True)],
+        # what fits: the largest micro-batch of gpt-8.3b per layout
+        "fit_mbs": {t: {name: Fit(big.replace(mbs=1, gbs=1, iters=FIT_ITERS, **kw), "mbs", gpu)
+                        for name, kw in _variants(t).items()} for t in ts},
+        "recompute_tp": {t: [one.replace(gpus=t, tp=t, sp=True, mbs=8, gbs=8, recompute=r)
+                             for r in ("none", "selective", "full")] for t in ts},
+    }
+
+
 def runs(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
     """What the records answer: one layer term by term, what recompute costs on one GPU and where its time
-    goes (profiled steps), the largest micro-batch with and without full recompute, and TP + SP against
-    one GPU. `gpus`: the most GPUs to scale to."""
+    goes (profiled steps), the largest micro-batch with and without full recompute; TP and SP at the
+    recorded TP degrees (RECORDED_TP: per-layer memory, profiled collectives, gpt-8.3b's fits, recompute
+    cost); and TP + SP, with and without selective recompute, against one GPU. `gpus`: the most GPUs to
+    scale to (4 and 8 read the same records as 2)."""
     shape, one = _shape(iters), _one(iters)
+    ts = degrees(gpus)
     return {
         # 1. one layer, term by term: fused (TE) vs materialized (local) attention, and recompute
         "per_layer": {name: _pair(shape.replace(**kw)) for name, kw in {
@@ -67,28 +90,21 @@ def runs(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
                          for r in ("full", "none")},
         # where the time of each recompute choice goes: GPU kernels by kind (profiled; not a timing)
         "profile_recompute_1gpu": [Profiled(one.replace(recompute=r)) for r in ("none", "selective", "full")],
-        # 3. still correct: TP + SP against one GPU
-        "parity": [_stable(t) for t in degrees(gpus) if t in RECORDED_SP_PARITY],
+        # 3. TP and SP at the recorded degrees
+        **_tp([t for t in ts if t in RECORDED_TP], iters, gpu),
+        # 4. still correct: TP + SP, and TP + SP + selective recompute, against one GPU
+        "parity": [_stable(t) for t in ts if t in RECORDED_SP_PARITY],
+        "parity_selective": [_stable(t, recompute="selective") for t in ts if t in RECORDED_SP_SELECTIVE_PARITY],
     }
 
 
 def pending(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
-    """Queued for the next version: TP and SP on `gpus` GPUs (per-layer memory, profiled collectives, what
-    fits gpt-8.3b, recompute cost), and the parities not recorded yet."""
-    shape, one = _shape(iters), _one(iters)
+    """Queued for the next version: TP and SP at the TP degrees not recorded yet (4 and 8: per-layer memory,
+    profiled collectives, what fits gpt-8.3b, recompute cost), and their parities."""
     tops = [t for t in degrees(gpus) if t > 1]
-    big = presets.get("gpt-8.3b").replace(seq=2048, dropout=0.1, iters=iters)
     return {
-        # TP replicates 10 s·b·h per layer; SP shards it
-        "per_layer_tp": {t: {name: _pair(shape.replace(**kw)) for name, kw in _variants(t).items()} for t in tops},
-        "profile_tp": [Profiled(shape.replace(layers=8, mbs=4, gbs=4, gpus=t, tp=t, sp=sp)) for t in tops
-                       for sp in (False, True)],
-        # what fits: the largest micro-batch of gpt-8.3b per layout
-        "fit_mbs": {t: {name: Fit(big.replace(mbs=1, gbs=1, iters=FIT_ITERS, **kw), "mbs", gpu)
-                        for name, kw in _variants(t).items()} for t in tops},
-        "recompute_tp": {t: [one.replace(gpus=t, tp=t, sp=True, mbs=8, gbs=8, recompute=r)
-                             for r in ("none", "selective", "full")] for t in tops},
-        # still correct: TP + SP + selective recompute, and TP + SP at the degrees not recorded yet
-        "parity": [_stable(t, recompute="selective") for t in tops]
+        **_tp([t for t in tops if t not in RECORDED_TP], iters, gpu),
+        # still correct: TP + SP + selective recompute, and TP + SP, at the degrees not recorded yet
+        "parity": [_stable(t, recompute="selective") for t in tops if t not in RECORDED_SP_SELECTIVE_PARITY]
                   + [_stable(t) for t in tops if t not in RECORDED_SP_PARITY],
     }

@@ -1,9 +1,12 @@
 """Chapter 04, context parallelism: long sequences across GPUs. Its runs, by name.
 
 gpt-1.2b (the seed tutorial's CP model) with Transformer Engine attention, one sequence per micro-batch.
-`runs` holds what the committed records answer (one H200, one 80 GB H100's longest sequence, and the 4-GPU
-parity); `pending` the runs with cp > 1 queued for the chapter's next version
-(`megalab experiments ch04 --gpus 2 --pending`).
+`runs` holds what the committed records answer: one H200 (the sequence sweep, the longest sequence,
+recomputation), one 80 GB H100's longest sequence, the CP 4 parity of each comm type, and at the CP
+degrees in RECORDED_CP the longest sequence, the three comm types at three lengths (strong and weak
+scaling among them), one profiled ring step and a 16k-token parity. `pending` keeps the runs at the other
+CP degrees, built by the same definitions so that their keys do not change when they move into `runs`
+(`megalab experiments ch04 --gpus 4 --pending`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ COMM = ("p2p", "all_gather", "a2a")              # a2a+p2p needs cp >= 4 (a2a in
 BASE_SEQ = 8192                                  # weak scaling: seq = cp x BASE_SEQ
 LONG_SEQ = 4 * BASE_SEQ                          # strong scaling, the comm sweep's end, CP against recompute
 FIT_ITERS = 5                                    # a fit probe needs the peak of a step, not a timing
+RECORDED_CP = (2,)                               # CP degrees whose runs are recorded (2x H200)
 
 
 def _base(iters: int):
@@ -34,28 +38,9 @@ def _parity(gpus: int, cp_comm: str, seq: int = 4096, iters: int = 50) -> Parity
         mbs=1, gbs=8, iters=iters, gpus=gpus, cp=gpus, cp_comm=cp_comm))
 
 
-def runs(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
-    """What the records answer. `gpus`: the most CP ranks (the recorded series need one GPU; the parity
-    records are CP 4 on 4× H200 whatever `gpus` is). Fits are sized for `gpu`, the 80 GB one for the H100."""
-    base = _base(iters)
-    return {
-        # 1. one GPU: memory grows with s, attention FLOPs with s^2, up to the OOM (a recorded status)
-        "seq_1gpu": [base.replace(seq=s) for s in SEQS],
-        # 2. the longest sequence on one GPU (the CP > 1 searches are pending), and on the 80 GB H100
-        "fit_seq": {1: _fit_seq(base, 1, gpu)},
-        "fit_seq_80gb": _fit_seq(base, 1, "H100"),   # the card most readers have
-        # 3. the alternative to CP at the same length: one GPU with full activation recompute
-        "recompute": [base.replace(seq=LONG_SEQ, recompute="full")],
-        # 6. still correct: the recorded CP 4 parity of each comm type
-        "parity": [_parity(4, kind) for kind in COMM],
-    }
-
-
-def pending(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
-    """Runs with cp > 1, queued for the next version; their cp = 1 points are in `runs` (seq_1gpu holds
-    the strong and weak baselines, fit_seq and fit_seq_80gb the one-GPU searches)."""
-    base = _base(iters)
-    cps = degrees(gpus)[1:]
+def _cp_runs(base, cps: list[int], gpu: str) -> dict:
+    """The runs with cp > 1 at the degrees `cps` (their top one for the comm types, the profile and the
+    16k parity): fit, strong and weak scaling, the comm types at three lengths, a profiled ring step."""
     top = cps[-1] if cps else 1
     comm_seqs = (BASE_SEQ, 2 * BASE_SEQ, LONG_SEQ)
     return {
@@ -71,3 +56,30 @@ def pending(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
         # 6. still correct at a longer sequence, on the GPUs at hand
         "parity_long": [_parity(top, "p2p", seq=16384, iters=PARITY_ITERS)] if top > 1 else [],
     }
+
+
+def runs(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
+    """What the records answer. `gpus`: the most CP ranks; the runs with cp > 1 come at the degrees up to
+    it that are recorded (RECORDED_CP), the CP 4 parity records whatever `gpus` is. Fits are sized for
+    `gpu`, the 80 GB one for the H100."""
+    base = _base(iters)
+    cp = _cp_runs(base, [c for c in degrees(gpus)[1:] if c in RECORDED_CP], gpu)
+    return {
+        # 1. one GPU: memory grows with s, attention FLOPs with s^2, up to the OOM (a recorded status)
+        "seq_1gpu": [base.replace(seq=s) for s in SEQS],
+        # 2. the longest sequence on one GPU and per recorded CP degree, and one GPU on the 80 GB H100
+        "fit_seq": {1: _fit_seq(base, 1, gpu), **cp.pop("fit_seq")},
+        "fit_seq_80gb": _fit_seq(base, 1, "H100"),   # the card most readers have
+        # 3. the alternative to CP at the same length: one GPU with full activation recompute
+        "recompute": [base.replace(seq=LONG_SEQ, recompute="full")],
+        **cp,   # strong, weak, comm, profile, parity_long at the recorded CP degrees
+        # 6. still correct: the recorded CP 4 parity of each comm type
+        "parity": [_parity(4, kind) for kind in COMM],
+    }
+
+
+def pending(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
+    """Runs with cp > 1 at the degrees not recorded yet, queued for the next version ({} when every degree
+    up to `gpus` is recorded); their cp = 1 points and the recorded degrees are in `runs`."""
+    cps = [c for c in degrees(gpus)[1:] if c not in RECORDED_CP]
+    return _cp_runs(_base(iters), cps, gpu) if cps else {}

@@ -3,25 +3,32 @@
 Recorded (`runs`): loss parity of PP 4, PP 4 × VPP 2 and TP 2 × PP 2 on the Llama-style gpt-350m (local
 spec, lr 1e-4, 4× H200; tools/gpu/plans/archive/stable-local.txt), whose layout records also hold each
 pipeline stage's peak memory and the step time; gpt-8.3b on one H200, out of memory
-(tools/gpu/plans/archive/oom.txt); and one PP 2 stage's worth of gpt-8.3b (36 layers, Transformer
-Engine) alone on one H200 at the PP 2 sweep's global batch, m = 1, 2, 4, 8: the step without bubble.
+(tools/gpu/plans/archive/oom.txt); one PP 2 stage's worth of gpt-8.3b (36 layers, Transformer Engine)
+alone on one H200 at the PP 2 sweep's global batch, m = 1, 2, 4, 8: the step without bubble; and, on two
+GPUs of a 4× H200 host (session 11, trainer 93ef4d6), gpt-8.3b on PP 2 (`RECORDED_PP`): the bubble sweep
+m = 1, 2, 4, 8 and v = 2 at m = 2 (`RECORDED_VPP`), timed alone; a profiled step of 1F1B and of the
+interleaved schedule at m = 4 (each record keeps its measured schedule, `profile.schedule`); the layouts
+PP 2 and TP 2 + SP on the same two GPUs (`RECORDED_LAYOUTS`); PP 2 and PP 2 × VPP 2 parity.
 
-Queued (`pending`): Shoeybi et al. 2019's gpt-8.3b (72 layers) with Transformer Engine, which theory puts
-above one H200's memory at micro-batch 1 and well inside it on two pipeline stages: the micro-batch
-sweep at a fixed global batch (the bubble), the same with v chunks per GPU, one stage's layers alone on
-one GPU for the pipelines deeper than 2, per-stage memory (every run records it), a profiled step of
-each schedule, and the layouts TP (+SP) × PP against each other on the same GPUs.
+Queued (`pending`): the rest of the chapter's plan (Shoeybi et al. 2019's gpt-8.3b, 72 layers, with
+Transformer Engine, which theory puts above one H200's memory at micro-batch 1 and well inside it on two
+pipeline stages): the other chunk counts v at m = p and every v at m = 4p, the deeper pipelines' sweeps, one
+stage's layers alone on one GPU for them, their profiled steps, the layouts with interleaving, and parity
+of the pipelines not recorded yet.
 """
 
 from __future__ import annotations
 
 from megalab import presets
-from megalab.specs import ITERS, PARITY_ITERS, Parity, Profiled, degrees
+from megalab.specs import ITERS, PARITY_ITERS, Parity, Profiled, degrees, items
 
 MODEL = "gpt-8.3b"      # 72 layers: 36 per stage at PP 2, 18 at PP 4, 9 at PP 8
 SEQS_PER_STAGE = 4      # global batch = 4 sequences per pipeline stage: 8 at PP 2 ... 32 at PP 8 (the seed's)
 CHUNKS = (2, 3, 4, 6)   # v, where it divides the layers per stage
 PROFILE_ITERS = 10
+RECORDED_PP = 2                   # the pipeline recorded on two GPUs: its bubble sweep, profiled steps, parity
+RECORDED_VPP = {2: (2,)}          # at PP 2: m -> the chunk counts v recorded (timed alone)
+RECORDED_LAYOUTS = ((1, 1), (2, 1))   # (tp, vpp) of the layouts recorded on PP 2's GPUs: PP 2, TP 2 + SP
 
 
 def _microbatches(gbs: int) -> list[int]:
@@ -43,45 +50,78 @@ def _llama_350m():
                                            impl="local")
 
 
+def _plan(gpus: int = 2, iters: int = ITERS) -> dict:
+    """Every gpt-8.3b pipeline run of the chapter up to `gpus` (the largest pipeline, and the layouts' GPU
+    count), recorded or queued: `runs` takes the recorded ones, `pending` the rest."""
+    big = presets.get(MODEL).replace(iters=iters)
+    pps = [p for p in degrees(gpus) if p > 1]
+    tops = pps[-1:]                     # the largest pipeline: its profiled steps and layouts
+    gbs = lambda p: SEQS_PER_STAGE * p  # noqa: E731
+    pipe = lambda p, m, **kw: big.replace(gpus=p, pp=p, mbs=gbs(p) // m, gbs=gbs(p), **kw)  # noqa: E731
+    chunks = lambda p: [v for v in CHUNKS if (big.layers // p) % v == 0]  # noqa: E731
+    layout = lambda g, t, **kw: big.replace(gpus=g, tp=t, pp=g // t, sp=t > 1, mbs=1, gbs=gbs(g), **kw)  # noqa: E731
+    return {
+        # 1. the bubble: step time against m at a fixed global batch, and one stage's layers alone on one GPU
+        "bubble": {p: [pipe(p, m) for m in _microbatches(gbs(p))] for p in pps},
+        "one_stage": {p: _one_stage(p, iters) for p in pps},
+        # 2. interleaving: v chunks per GPU at m = p (the largest bubble) and m = 4p (mbs 1)
+        "vpp": {p: {m: [pipe(p, m, vpp=v) for v in chunks(p)] for m in (p, 4 * p)} for p in pps},
+        # 3. memory per stage: every run above records each rank's peak
+        # 4. a schedule to see: one profiled step of 1F1B and of the interleaved schedule (m = 2p), largest p
+        "profile": {p: [Profiled(pipe(p, 2 * p, iters=PROFILE_ITERS, vpp=v)) for v in (1, chunks(p)[0])] for p in tops},
+        # 5. combining axes on the largest pipeline's g GPUs: TP (+SP) t × PP g/t, and PP with v = the fewest chunks
+        "layouts": {g: [layout(g, t) for t in degrees(g)]
+                    + [layout(g, t, vpp=chunks(g // t)[0]) for t in degrees(g) if g // t > 1] for g in tops},
+        # 6. still correct (the Llama-style gpt-350m, its reference recorded; where legal: 24 layers take
+        #    no PP 8 × VPP 2)
+        "parity": [q for q in (Parity(_llama_350m().replace(gpus=p, pp=p, vpp=v)) for p in pps for v in (1, 2))
+                   if not q.cfg.problems()],
+    }
+
+
 def runs(gpus: int = 2, iters: int = ITERS) -> dict:
-    """What the records answer, whatever `gpus`: the 4-GPU parity layouts (4× H200), one out-of-memory run
-    and PP 2's stage alone on one H200."""
+    """What the records answer, whatever `gpus`: the 4-GPU parity layouts (4× H200), one out-of-memory run,
+    PP 2's stage alone on one H200, and gpt-8.3b on PP 2 (two H200s): bubble sweep, VPP 2 at m = 2,
+    profiled steps, layouts, parity."""
     base = _llama_350m().replace(gpus=4)
+    two, p = _plan(RECORDED_PP, iters), RECORDED_PP
     return {
         # 3. why the chapter's model needs a pipeline: gpt-8.3b on one H200, recorded out of memory (micro-batch 16)
         "one_gpu": presets.get(MODEL).replace(mbs=16, gbs=16, impl="local", iters=5),
         # 1. the step without bubble: PP 2's stage (36 layers) alone on one GPU, m = 1, 2, 4, 8 at global batch 8
-        "one_stage": {2: _one_stage(2, iters)},
-        # 6. still correct: PP 4, PP 4 × VPP 2, TP 2 × PP 2 against one GPU (mbs 4, gbs 16: m = 4)
+        "one_stage": {p: two["one_stage"][p]},
+        # 1. the bubble measured: PP 2, m = 1, 2, 4, 8 at global batch 8, each run alone on the host
+        "bubble": {p: two["bubble"][p]},
+        # 2. interleaving measured: PP 2 × VPP v at m = 2 (the largest bubble the schedule allows)
+        "vpp": {p: {m: [c for c in two["vpp"][p][m] if c.vpp in vs] for m, vs in RECORDED_VPP.items()}},
+        # 4. the measured schedules: one profiled step of 1F1B and of PP 2 × VPP 2, m = 4
+        "profile": {p: two["profile"][p]},
+        # 5. layouts on PP 2's two GPUs: PP 2 and TP 2 + SP, micro-batch 1
+        "layouts": {p: [c for c in two["layouts"][p] if (c.tp, c.vpp) in RECORDED_LAYOUTS]},
+        # 6. still correct: PP 4, PP 4 × VPP 2, TP 2 × PP 2 against one GPU (mbs 4, gbs 16: m = 4) ...
         "parity": [Parity(base.replace(pp=4)), Parity(base.replace(pp=4, vpp=2)), Parity(base.replace(tp=2, pp=2))],
+        # ... and PP 2, PP 2 × VPP 2 on two GPUs against the same one-GPU reference
+        "parity_pp2": [q for q in two["parity"] if q.cfg.pp == p],
     }
 
 
-def pending(gpus: int = 2, iters: int = ITERS) -> dict:
-    """Queued for the chapter's next version; `gpus`: the largest pipeline (and the layouts' GPU count)."""
-    big = presets.get(MODEL).replace(iters=iters)
-    pps = [p for p in degrees(gpus) if p > 1]
-    top = pps[-1] if pps else 1
-    gbs = lambda p: SEQS_PER_STAGE * p  # noqa: E731
-    pipe = lambda p, m, **kw: big.replace(gpus=p, pp=p, mbs=gbs(p) // m, gbs=gbs(p), **kw)  # noqa: E731
-    chunks = lambda p: [v for v in CHUNKS if (big.layers // p) % v == 0]  # noqa: E731
-    layout = lambda t, **kw: big.replace(gpus=top, tp=t, pp=top // t, sp=t > 1, mbs=1, gbs=gbs(top), **kw)  # noqa: E731
-    recorded = {item.cfg.key for item in runs(gpus)["parity"]}
-    parity = [Parity(_llama_350m().replace(gpus=p, pp=p, vpp=v)) for p in pps for v in (1, 2)]
-    return {
-        # 1. the bubble: step time against m at a fixed global batch, and one stage's layers alone on one GPU
-        "bubble": {p: [pipe(p, m) for m in _microbatches(gbs(p))] for p in pps},
-        "one_stage": {p: _one_stage(p, iters) for p in pps if p > 2},   # PP 2's is recorded (`runs`)
-        # 2. interleaving: v chunks per GPU at m = p (the largest bubble) and m = 4p (mbs 1)
-        "vpp": {p: {m: [pipe(p, m, vpp=v) for v in chunks(p)] for m in (p, 4 * p)} for p in pps},
-        # 3. memory per stage: every run above records each rank's peak
-        # 4. a schedule to see: one profiled step of 1F1B and of the interleaved schedule (m = 2p)
-        "profile": [Profiled(pipe(top, 2 * top, iters=PROFILE_ITERS, vpp=v)) for v in (1, chunks(top)[0])]
-        if pps else [],
-        # 5. combining axes on `top` GPUs: TP (+SP) t × PP top/t, and PP with v = the smallest chunk count
-        "layouts": ([layout(t) for t in degrees(top)]
-                    + [layout(t, vpp=chunks(top // t)[0]) for t in degrees(top) if top // t > 1]) if pps else [],
-        # 6. still correct at the pipelines not recorded yet (the Llama-style gpt-350m, its reference recorded;
-        #    where legal: 24 layers take no PP 8 × VPP 2)
-        "parity": [p for p in parity if p.cfg.key not in recorded and not p.cfg.problems()],
-    }
+def pending(gpus: int = 2, iters: int = ITERS, recorded: bool = False) -> dict:
+    """Queued for the chapter's next version: the chapter's plan up to `gpus` less what `runs` reads (the
+    same configs, keys). recorded=True keeps the recorded runs in: the whole plan, in the same shape, for
+    the predictions drawn for every run whether measured yet or not."""
+    if recorded:
+        return _plan(gpus, iters)
+    done = {(type(i).__name__, getattr(i, "cfg", i).key) for i in items(runs(gpus, iters))}
+    return _without(_plan(gpus, iters), done)
+
+
+def _without(value, done: set):
+    """`value` (plan's nested dicts and lists) without the items in `done` ((type name, key) pairs) and
+    without the dicts and lists left empty."""
+    if isinstance(value, dict):
+        kept = {k: _without(v, done) for k, v in value.items()}
+        return {k: v for k, v in kept.items() if v not in ({}, [])}
+    if isinstance(value, list):
+        kept = [_without(v, done) for v in value]
+        return [v for v in kept if v not in ({}, [])]
+    return value if (type(value).__name__, getattr(value, "cfg", value).key) not in done else []
