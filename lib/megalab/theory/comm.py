@@ -14,6 +14,7 @@ from megalab.theory.parameters import stage_params
 __all__ = ["comm_bytes_per_step"]
 
 ACT_BYTES = 2  # bf16 activations on the wire
+SP_REGATHERS = 2  # SP: all-gathers per layer that the backward pass repeats (QKV's and the MLP's inputs)
 
 
 def _dp(cfg) -> float:
@@ -58,8 +59,11 @@ def comm_bytes_per_step(cfg) -> dict:
     """Bytes each GPU sends in one step, per axis, plus 'total'.
 
     tp: per layer 2 all-reduces of the (s/cp, b, h) activation forward and 2 backward (Shoeybi
-        et al. 2019 §3, Fig. 4); SP turns each into all-gather + reduce-scatter, same bytes
-        (Korthikanti et al. 2022 §4.2.2); full recompute repeats the forward ones.
+        et al. 2019 §3, Fig. 4); SP turns each into all-gather + reduce-scatter, same bytes, and
+        keeps only this rank's tokens of the two column-parallel inputs, which the backward pass
+        all-gathers again for the weight gradient (Korthikanti et al. 2022 §4.2.2; TE's and Megatron's
+        linears alike): 2 more all-gathers per layer, 1.25x TP's bytes. Full recompute repeats the
+        forward ones.
     dp: all-reduce of the rank's fp32 grads, 2(d−1)/d·4·P; distributed optimizer: reduce-scatter
         of fp32 grads + all-gather of bf16 params, (d−1)/d·(4+2)·P; d = dp·cp (experts: expert-DP).
     cp: p2p/all_gather: KV chunks travel cp−1 hops per layer forward and twice that backward (KV
@@ -74,7 +78,7 @@ def comm_bytes_per_step(cfg) -> dict:
     fwd = 2 if cfg.recompute == "full" else 1  # forward passes over each layer
     sp = cfg.tp if cfg.sp else 1
     out = {
-        "tp": 2 * (fwd + 1) * allreduce_bytes(cfg.tp, act) * L * m,
+        "tp": (2 * (fwd + 1) * allreduce_bytes(cfg.tp, act) + SP_REGATHERS * gather_bytes(cfg.tp, act) * cfg.sp) * L * m,
         "dp": _dp(cfg),
         "cp": _cp(cfg, fwd) * L * m,
         "pp": 2 * act / sp * m * cfg.vpp if cfg.pp > 1 else 0.0,
