@@ -110,3 +110,14 @@ def test_sp_runs_more_and_shorter_nccl_kernels_than_tp():
     layers = chapters.runs("ch03", 2)["profile_tp"][0].cfg.layers
     assert len(got[False]) >= 4 * layers and len(got[True]) >= 8 * layers
     assert (got[True] > 0).all() and got[True].quantile(0.25) < got[False].quantile(0.25)
+
+
+def test_each_profiled_recompute_step_is_read_from_its_own_gpu_model():
+    """The same three configurations are profiled on an H200 (kernels by kind) and an H100 (with the forward
+    and backward clock): each series reads its own card's records, never the newer one of the other card."""
+    found = chapters.runs("ch03", 2)
+    for name, card, schedule in (("profile_recompute_1gpu", "H200", False), ("profile_recompute_h100", "H100", True)):
+        for item in found[name]:
+            record = item.run("cached", quiet=True).record
+            assert card in record["env"]["gpu_name"]
+            assert ("schedule" in record["profile"]) == schedule

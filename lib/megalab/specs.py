@@ -103,13 +103,15 @@ class Parity:
 
 @dataclass(frozen=True)
 class Profiled:
-    """One run under torch.profiler: its record keeps the kernel timeline of one step."""
+    """One run under torch.profiler: its record keeps the kernel timeline of one step. `gpu` names the GPU
+    model whose record answers (None: any, the plan's default H200), as for a Fit."""
 
     cfg: RunConfig
+    gpu: str | None = None
 
     def run(self, mode: str = "auto", **kw):
         from megalab.results import run
-        return run(self.cfg, mode=mode, profile=True, **kw)
+        return run(self.cfg, mode=mode, profile=True, **({"gpu": self.gpu} if self.gpu else {}) | kw)
 
     def plan_line(self, tag: str) -> str:
         return line_for(tag, "run", self.cfg, "--profile")

@@ -89,7 +89,9 @@ def runs(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
         "fit_mbs_1gpu": {r: Fit(one.replace(mbs=1, gbs=1, iters=FIT_ITERS, recompute=r), "mbs", gpu)
                          for r in ("full", "none")},
         # where the time of each recompute choice goes: GPU kernels by kind (profiled; not a timing)
-        "profile_recompute_1gpu": [Profiled(one.replace(recompute=r)) for r in ("none", "selective", "full")],
+        "profile_recompute_1gpu": [Profiled(one.replace(recompute=r), gpu) for r in ("none", "selective", "full")],
+        # the same on one 80 GB H100, by the trainer that also times each forward and backward pass (profile.schedule)
+        "profile_recompute_h100": [Profiled(one.replace(recompute=r), "H100") for r in ("none", "selective", "full")],
         # 3. TP and SP at the recorded degrees
         **_tp([t for t in ts if t in RECORDED_TP], iters, gpu),
         # 4. still correct: TP + SP, and TP + SP + selective recompute, against one GPU
