@@ -20,6 +20,7 @@ BASE_SEQ = 8192                                  # weak scaling: seq = cp x BASE
 LONG_SEQ = 4 * BASE_SEQ                          # strong scaling, the comm sweep's end, CP against recompute
 FIT_ITERS = 5                                    # a fit probe needs the peak of a step, not a timing
 RECORDED_CP = (2,)                               # CP degrees whose runs are recorded (2x H200)
+PROFILED_COMM = ("p2p",)                         # comm types whose profiled step is recorded at those degrees
 
 
 def _base(iters: int):
@@ -38,7 +39,12 @@ def _parity(gpus: int, cp_comm: str, seq: int = 4096, iters: int = 50) -> Parity
         mbs=1, gbs=8, iters=iters, gpus=gpus, cp=gpus, cp_comm=cp_comm))
 
 
-def _cp_runs(base, cps: list[int], gpu: str) -> dict:
+def _profiled(base, cp: int, kind: str) -> Profiled:
+    """One profiled CP step at 16k tokens: the kernel timeline of attention and the comm type's kernels."""
+    return Profiled(base.replace(gpus=cp, cp=cp, cp_comm=kind, seq=2 * BASE_SEQ, iters=10))
+
+
+def _cp_runs(base, cps: list[int], gpu: str, profiled=COMM) -> dict:
     """The runs with cp > 1 at the degrees `cps` (their top one for the comm types, the profile and the
     16k parity): fit, strong and weak scaling, the comm types at three lengths, a profiled ring step."""
     top = cps[-1] if cps else 1
@@ -52,7 +58,7 @@ def _cp_runs(base, cps: list[int], gpu: str) -> dict:
         # 4. the communication types across sequence lengths, and one profiled ring step
         "comm": {kind: [base.replace(gpus=top, cp=top, cp_comm=kind, seq=s) for s in comm_seqs]
                  for kind in COMM} if top > 1 else {},
-        "profile": [Profiled(base.replace(gpus=top, cp=top, seq=2 * BASE_SEQ, iters=10))] if top > 1 else [],
+        "profile": [_profiled(base, top, kind) for kind in profiled] if top > 1 else [],
         # 6. still correct at a longer sequence, on the GPUs at hand
         "parity_long": [_parity(top, "p2p", seq=16384, iters=PARITY_ITERS)] if top > 1 else [],
     }
@@ -63,7 +69,7 @@ def runs(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
     it that are recorded (RECORDED_CP), the CP 4 parity records whatever `gpus` is. Fits are sized for
     `gpu`, the 80 GB one for the H100."""
     base = _base(iters)
-    cp = _cp_runs(base, [c for c in degrees(gpus)[1:] if c in RECORDED_CP], gpu)
+    cp = _cp_runs(base, [c for c in degrees(gpus)[1:] if c in RECORDED_CP], gpu, PROFILED_COMM)
     return {
         # 1. one GPU: memory grows with s, attention FLOPs with s^2, up to the OOM (a recorded status)
         "seq_1gpu": [base.replace(seq=s) for s in SEQS],
@@ -79,7 +85,14 @@ def runs(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
 
 
 def pending(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
-    """Runs with cp > 1 at the degrees not recorded yet, queued for the next version ({} when every degree
-    up to `gpus` is recorded); their cp = 1 points and the recorded degrees are in `runs`."""
+    """Runs with cp > 1 at the degrees not recorded yet, queued for the next version, and at the largest
+    recorded degree the profiled steps of the comm types not in PROFILED_COMM ({} when nothing is queued);
+    their cp = 1 points and the recorded runs are in `runs`."""
+    base = _base(iters)
     cps = [c for c in degrees(gpus)[1:] if c not in RECORDED_CP]
-    return _cp_runs(_base(iters), cps, gpu) if cps else {}
+    out = _cp_runs(base, cps, gpu) if cps else {}
+    done = [c for c in degrees(gpus)[1:] if c in RECORDED_CP]
+    later = [_profiled(base, done[-1], kind) for kind in COMM if kind not in PROFILED_COMM] if done else []
+    if later:
+        out["profile"] = later + out.get("profile", [])
+    return out
