@@ -93,20 +93,21 @@ def extra_over(ms, base: str, ratios=None, source: str = "reference"):
     return pd.DataFrame(rows)
 
 
-def union_seconds(intervals_ms: Iterable[tuple[float, float]]) -> float:
-    """Seconds covered by at least one of the (start_ms, duration_ms) intervals: overlaps count once."""
-    total, start, end = 0.0, None, None
+def _merged(intervals_ms: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """(start, end) in ms of the union of (start_ms, duration_ms) intervals, in order, overlaps merged."""
+    out: list[list[float]] = []
     for a, d in sorted(intervals_ms):
         b = a + max(d, 0.0)
-        if end is not None and a <= end:   # overlaps the current run of busy time: extend it
-            end = max(end, b)
-            continue
-        if end is not None:
-            total += end - start
-        start, end = a, b
-    if end is not None:
-        total += end - start
-    return total / 1e3
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def union_seconds(intervals_ms: Iterable[tuple[float, float]]) -> float:
+    """Seconds covered by at least one of the (start_ms, duration_ms) intervals: overlaps count once."""
+    return sum(b - a for a, b in _merged(intervals_ms)) / 1e3
 
 
 def gpu_busy(profile: dict) -> dict:
@@ -204,18 +205,6 @@ def schedule_ideal(profile: dict) -> list:
     tf, tb = (_mean([t["end_s"] - t["start_s"] for t in every if t["kind"] == k]) for k in "FB")
     return [{"row": f"stage {t['stage']}", "start_s": t["start"], "end_s": t["end"], "label": t["microbatch"],
              "kind": t["kind"] + (str(t["chunk"]) if v > 1 else "")} for t in schedule(len(stages), m, v, tf, tb)]
-
-
-def _merged(intervals_ms: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
-    """(start, end) in ms of the union of (start_ms, duration_ms) intervals, in order, overlaps merged."""
-    out: list[list[float]] = []
-    for a, d in sorted(intervals_ms):
-        b = a + max(d, 0.0)
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return [(a, b) for a, b in out]
 
 
 def nccl_streams(profile: dict) -> dict:
