@@ -47,6 +47,9 @@ class RunConfig:
     topk: int = _f(2, "experts each token is routed to (MoE only)")
     moe_ffn: int | None = _f(None, "inner size of each expert's MLP; None = ffn")
     moe_dispatcher: str = _f("alltoall", "MoE token dispatcher", ("alltoall", "allgather"))
+    moe_balance: str = _f("aux_loss", "MoE load balancing: the auxiliary loss (Switch), forced (random router logits, "
+                                      "Megatron's benchmark setting: the loss does not train the router), or none",
+                          ("aux_loss", "force", "none"))
     dropout: float = _f(0.0, "hidden and attention dropout probability")
     # -- layout -----------------------------------------------------------------------------------
     gpus: int = _f(1, "world size = tp*pp*cp*dp")
@@ -61,6 +64,8 @@ class RunConfig:
     # -- memory -----------------------------------------------------------------------------------
     dist_opt: bool = _f(False, "distributed optimizer: shard optimizer state over dp (ZeRO-1)")
     recompute: str = _f("none", "activation recomputation", ("none", "selective", "full"))
+    recompute_modules: str = _f("core_attn", "what selective recompute re-runs, comma-separated (Megatron's "
+                                             "recompute_modules): core_attn, mlp, layernorm, moe_act, moe")
     overlap: bool = _f(False, "overlap grad reduce (and, with dist_opt, param gather) with compute")
     # -- batch ------------------------------------------------------------------------------------
     mbs: int = _f(1, "micro-batch size (sequences per forward pass per dp rank)")
@@ -131,8 +136,10 @@ class RunConfig:
             (self.vpp > 1, f"_vpp{self.vpp}"), (self.etp > 1, f"_etp{self.etp}"),
             (self.cp > 1 and self.cp_comm != "p2p", f"_cp-{self.cp_comm}"), (self.sp, "_sp"),
             (self.dist_opt, "_distopt"), (self.overlap, "_overlap"),
-            (self.recompute != "none", f"_rc-{self.recompute}"), (self.fp8, "_fp8"),
+            (self.recompute != "none", f"_rc-{self.recompute}"),
+            (self.recompute_modules != "core_attn", f"-{self.recompute_modules.replace(',', '+')}"), (self.fp8, "_fp8"),
             (self.impl != "te", f"_{self.impl}"), (self.moe_dispatcher != "alltoall", f"_{self.moe_dispatcher}"),
+            (self.moe_balance != "aux_loss", f"_balance-{self.moe_balance}"),
             (self.init != "layout_invariant" and self.runner == "megalab", f"_init-{self.init}"), (self.dropout > 0, f"_drop{self.dropout:g}"),
             (not self.compile, "_nocompile"), (self.cuda_graphs != "none", f"_cg-{self.cuda_graphs}"),
             (self.runner == "megatron-lm", "_peer"),
@@ -205,7 +212,7 @@ class RunConfig:
 
 _FIELDS = dataclasses.fields(RunConfig)
 _DEFAULTS = {f.name: f.default for f in _FIELDS}  # a field with a default_factory reads MISSING here
-_ADDED_AFTER_RECORDS = ("compile", "runner", "cuda_graphs")  # fields added after the first records were made
+_ADDED_AFTER_RECORDS = ("compile", "runner", "cuda_graphs", "recompute_modules", "moe_balance")  # fields added after the first records were made
 # their defaults: what a record made before the field existed ran with (records.to_frame fills them in)
 ADDED_FIELD_DEFAULTS = {name: _DEFAULTS[name] for name in _ADDED_AFTER_RECORDS}
 _FIELD_NAMES = {f.name for f in _FIELDS}

@@ -15,6 +15,8 @@ import re
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 # GPUs with FP8 tensor cores (compute capability 8.9+): Ada, Hopper, Blackwell
+# MC transformer_config.__post_init__'s allowed recompute_modules (less the MLA and shared-expert ones)
+RECOMPUTE_MODULES = ("core_attn", "mlp", "layernorm", "moe_act", "moe")
 _FP8_GPUS = re.compile(r"\bG?H\d{2,3}\b|\bG?B\d{3}\b|\bL40S?\b|\bL4\b|RTX [45]0\d0|Ada|Hopper|Blackwell")
 
 
@@ -155,6 +157,18 @@ def problems(cfg, gpus_available=None, te_available=None, gpu_name=None) -> list
         # MC moe/moe_layer.MoELayer.forward: training with tp > 1 raises without sequence parallelism
         if c.tp > 1 and not c.sp:
             add(f"MoE with tp={c.tp} needs sp: pass --sp (and impl te) or set tp=1")
+    # MC transformer_config.__post_init__: recompute_modules (selective only), the modules it knows
+    mods = [m for m in c.recompute_modules.split(",") if m]
+    if c.recompute_modules != "core_attn" and c.recompute != "selective":
+        add(f"recompute_modules={c.recompute_modules} needs recompute selective: pass --recompute selective "
+            f"or drop --recompute-modules")
+    if not mods or set(mods) - set(RECOMPUTE_MODULES) or len(set(mods)) < len(mods):
+        add(f"recompute_modules={c.recompute_modules!r}: name each module once, comma-separated, from "
+            f"{', '.join(RECOMPUTE_MODULES)}")
+    if {"moe_act", "moe"} & set(mods) and not (c.experts and te):
+        add("recompute of moe or moe_act needs a MoE model with impl te (grouped GEMM): drop them from --recompute-modules")
+    if c.moe_balance != "aux_loss" and not c.experts:
+        add(f"moe_balance={c.moe_balance} needs a MoE model: set experts > 0 or drop --moe-balance")
     # CUDA graphs: Megatron-LM turns on TE's RNG tracker for them (arguments.py), so the layers must be TE's;
     # MC transformer_config.__post_init__: full recompute only inside a whole-iteration graph; MC moe_layer:
     # an MoE layer routes a data-dependent number of tokens, so only TE's capture of its attention and router

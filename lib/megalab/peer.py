@@ -114,11 +114,13 @@ def args(cfg) -> list[str]:
     if moe:
         out += ["--num-experts", cfg.experts, "--moe-router-topk", cfg.topk, "--moe-ffn-hidden-size",
                 cfg.moe_ffn_size, "--moe-token-dispatcher-type", cfg.moe_dispatcher,
-                "--moe-router-load-balancing-type", "aux_loss", "--moe-aux-loss-coeff", MOE_AUX_LOSS_COEFF]
+                "--moe-router-load-balancing-type", "none" if cfg.moe_balance == "none" else "aux_loss"]
+        out += ["--moe-aux-loss-coeff", MOE_AUX_LOSS_COEFF] if cfg.moe_balance != "none" else []
+        out += ["--moe-router-force-load-balancing"] if cfg.moe_balance == "force" else []
         out += ["--moe-grouped-gemm", "--moe-permute-fusion", "--moe-router-fusion"] if te else []
         out += ["--moe-router-pre-softmax"] if cfg.topk == 1 else []
     if cfg.recompute == "selective":
-        out += ["--recompute-granularity", "selective"]
+        out += ["--recompute-granularity", "selective", "--recompute-modules", *cfg.recompute_modules.split(",")]
     elif cfg.recompute == "full":
         out += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", 1]
     if cfg.cuda_graphs != "none":  # pretrain_gpt.py turns TE's RNG tracker on itself (arguments.py)

@@ -142,22 +142,32 @@ def make_record(cfg, outcome, predicted: dict | None = None, env: dict | None = 
         "tags": list(tags),
         "run_dir": str(outcome.run_dir) if outcome.run_dir is not None else None,
         **_profile(outcome.run_dir),
+        **({"routing": routing} if (routing := _read_json(outcome.run_dir, "routing.json")) else {}),
     }
 
 
+def _read_json(run_dir, name: str):
+    """A JSON file the trainer left in the run folder, or None (absent or unreadable)."""
+    path = Path(run_dir) / name if run_dir is not None else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def _profile(run_dir) -> dict:
-    """{"profile": ...} from a profiled run's profile.json (kernel time by category, one step's timeline) and
-    schedule.json (each pipeline stage's forward and backward passes of one step, megalab.train_log.StageClock)."""
-    out = {}
-    for name, key in (("profile.json", None), ("schedule.json", "schedule")):
-        path = Path(run_dir) / name if run_dir is not None else None
-        if path is None or not path.is_file():
-            continue
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        out.update({key: data} if key else data)
+    """{"profile": ...} from a profiled run's profile.json (kernel time by category, one step's timeline),
+    schedule.json (each pipeline stage's forward and backward passes of one step, megalab.train_log.StageClock)
+    and the other ranks' profile_rank<r>.json (their kernel time by category, under "ranks")."""
+    out = dict(_read_json(run_dir, "profile.json") or {})
+    if schedule := _read_json(run_dir, "schedule.json"):
+        out["schedule"] = schedule
+    others = sorted(Path(run_dir).glob("profile_rank*.json")) if run_dir is not None and out else []
+    ranks = {p.stem.removeprefix("profile_rank"): _read_json(run_dir, p.name) for p in others}
+    if ranks := {r: d["kernel_s_per_step"] for r, d in ranks.items() if d and "kernel_s_per_step" in d}:
+        out["ranks"] = {"0": out.get("kernel_s_per_step"), **ranks}
     return {"profile": out} if out else {}
 
 

@@ -7,9 +7,10 @@
 
 Flags: every RunConfig field (megalab.flags.add_config_args), plus --run-dir DIR (where --profile
 writes), --dry-run (gloo on CPU: build every model chunk, print parameter counts, exit 0; Megatron
-cannot run a forward pass on CPU) and --profile (torch.profiler trace of steps 5-7 on rank 0, a
+cannot run a forward pass on CPU) and --profile (torch.profiler trace of steps 5-7 on every rank, a
 kernel-time table by category, and step 3's forward and backward passes per pipeline stage in
-schedule.json; needs --iters >= 8). --gpus defaults to the torchrun world size.
+schedule.json; needs --iters >= 8). --gpus defaults to the torchrun world size. An MoE run also writes
+routing.json: the tokens each expert received, per layer.
 
 Output is the metrics protocol of megalab.metrics, one JSON object per line: a budget line
 (rank 0) before step 0, a step line every step and a summary line at the end (rank 0 too: the loss
@@ -46,8 +47,8 @@ from functools import partial
 from megalab import data, theory
 from megalab.config import InvalidLayout
 from megalab.flags import add_config_args, config_from_args
-from megalab.train_log import (CHUNKS, CLOCK, GIB, SCHEDULE_STEP, all_gather, budget, clock_chunks, emit, is_oom,
-                               max_over_ranks, peak_tflops, profiler, reduced_loss, step_line, write_schedule)
+from megalab.train_log import (CHUNKS, CLOCK, GIB, SCHEDULE_STEP, RouterCounts, all_gather, budget, clock_chunks, emit,
+                               is_oom, max_over_ranks, peak_tflops, profiler, reduced_loss, step_line, write_schedule)
 from megalab.weights import init_layout_invariant
 # train() calls build_training by this module's name: tools/gpu/spikes.py swaps in a probing one
 from megalab.wiring import (build_training, environment, graph_capture, megatron_configs,
@@ -279,7 +280,8 @@ def train(cfg, args, rank: int) -> None:
     from megatron.core.pipeline_parallel import get_forward_backward_func
     forward_backward_func = get_forward_backward_func()  # no pipelining, 1F1B, or interleaved 1F1B
 
-    prof = profiler(args.run_dir or ".") if args.profile and rank == 0 else None
+    prof = profiler(args.run_dir or ".", rank) if args.profile else None
+    routing = RouterCounts(model, cfg.experts) if cfg.experts and cfg.cuda_graphs == "none" else None
     if args.profile:
         clock_chunks(model)
     if rank == 0:
@@ -324,11 +326,16 @@ def train(cfg, args, rank: int) -> None:
         loss, *mem = max_over_ranks(device, reduced_loss(losses), act)  # reduced_loss: on the last stage only
         if rank == 0:
             emit(step_line(cfg, step, loss, grad_norm, lr, step_time, mem, peak))
+        if routing is not None:
+            routing.step()
         if prof is not None:
             prof.step()
 
     if prof is not None:
         prof.stop()
+    if routing is not None:
+        from megalab.metrics import WARMUP_STEPS
+        routing.write(args.run_dir or ".", rank, WARMUP_STEPS)
     alloc = all_gather(torch.cuda.max_memory_allocated() / GIB, device)
     reserved = all_gather(torch.cuda.max_memory_reserved() / GIB, device)
     if rank == 0:

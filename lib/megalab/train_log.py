@@ -1,6 +1,7 @@
 """What the trainer reports, apart from the loop: the lines of the metrics protocol (megalab.metrics
 parses them), the collectives that gather their numbers from every rank, the profiler, the OOM test, and
-the clock that times one step's pipeline schedule (StageClock, --profile).
+the clock that times one step's pipeline schedule (StageClock, --profile) and the router's token counts
+(RouterCounts, MoE runs).
 
     emit(budget(cfg, per_rank))                                          # before step 0, rank 0
     loss, *mem = max_over_ranks(device, reduced_loss(losses))            # every step, all ranks
@@ -88,23 +89,26 @@ def peak_tflops() -> float | None:
         return None
 
 
-def profiler(run_dir: str):
-    """torch.profiler over steps 5-7 (rank 0): trace_rank0.json, and profile.json with the kernel seconds
-    per step by category (nccl, gemm, attention, other) and the kernel timeline of the last profiled step
-    (megalab.metrics.kernel_timeline), which the record keeps: the book draws its figures from it."""
+def profiler(run_dir: str, rank: int = 0):
+    """torch.profiler over steps 5-7, on every rank: trace_rank<r>.json, and on rank 0 profile.json with the
+    kernel seconds per step by category (nccl, gemm, attention, other) and the kernel timeline of the last
+    profiled step (megalab.metrics.kernel_timeline), which the record keeps: the book draws its figures from
+    it. Other ranks write profile_rank<r>.json, their kernel seconds only (the record's profile.ranks)."""
     import torch
     from megalab.metrics import kernel_seconds, kernel_timeline
 
     def write(prof):
         os.makedirs(run_dir, exist_ok=True)
-        trace_path = os.path.join(run_dir, "trace_rank0.json")
+        trace_path = os.path.join(run_dir, f"trace_rank{rank}.json")
         prof.export_chrome_trace(trace_path)
         with open(trace_path) as f:
             trace = json.load(f)
         steps = list(range(*PROFILE_STEPS))
-        with open(os.path.join(run_dir, "profile.json"), "w") as f:
-            json.dump({"steps": steps, "kernel_s_per_step": kernel_seconds(trace, steps),
-                       "timeline": kernel_timeline(trace, steps[-1])}, f)
+        out = {"steps": steps, "kernel_s_per_step": kernel_seconds(trace, steps)}
+        if rank == 0:
+            out["timeline"] = kernel_timeline(trace, steps[-1])
+        with open(os.path.join(run_dir, "profile.json" if rank == 0 else f"profile_rank{rank}.json"), "w") as f:
+            json.dump(out, f)
 
     first, end = PROFILE_STEPS
     return torch.profiler.profile(
@@ -221,10 +225,60 @@ def clock_chunks(model) -> None:
 
 
 def write_schedule(run_dir: str, step: int, per_rank: list, pp_of_rank: list) -> None:
-    """Rank 0: schedule.json, one pipeline stage's tasks per stage (its first rank's), beside profile.json."""
+    """Rank 0: schedule.json, one pipeline stage's tasks per stage (its first rank's), beside profile.json,
+    and every rank's forward and backward seconds in the step ("rank_seconds", by global rank)."""
     stages = {}
     for tasks, stage in zip(per_rank, pp_of_rank):
         stages.setdefault(str(stage), tasks)
+    busy = [{kind: sum(t["end_s"] - t["start_s"] for t in tasks if t["kind"] == kind) for kind in ("F", "B")}
+            for tasks in per_rank]
     os.makedirs(run_dir, exist_ok=True)
     with open(os.path.join(run_dir, "schedule.json"), "w") as f:
-        json.dump({"step": step, "stages": stages}, f)
+        json.dump({"step": step, "stages": stages, "rank_seconds": busy}, f)
+
+
+# -- routing: the tokens each expert receives, per MoE layer and step ------------------------------------
+class RouterCounts:
+    """Counts, on the GPU and without a sync, the token copies each router sends to each expert (its
+    routing map's column sums), per MoE layer of this rank's model chunks and per step. `write` sums them
+    over the data-parallel ranks (each routes its own tokens) and rank 0 writes routing.json: per layer,
+    the tokens per expert over the steps after the warm-up, and per step and layer the busiest expert's
+    load over the mean (1.0 is perfectly balanced)."""
+
+    def __init__(self, model, experts: int):
+        import torch
+        from megatron.core.transformer.moe.router import TopKRouter
+        routers = [m for chunk in model for m in chunk.modules() if isinstance(m, TopKRouter)]
+        self.now = torch.zeros(len(routers), experts, dtype=torch.int64, device="cuda")
+        self.steps = []
+        for i, router in enumerate(routers):
+            router.register_forward_hook(lambda _m, _inp, out, i=i: self._count(i, out))
+
+    def _count(self, i: int, out) -> None:
+        if self.now is None:
+            return
+        try:  # a failed count loses the routing data, never the run
+            self.now[i].add_(out[1].sum(dim=0))
+        except Exception as e:  # noqa: BLE001
+            print(f"routing: counts lost: {e}", file=sys.stderr, flush=True)
+            self.now = None
+
+    def step(self) -> None:
+        if self.now is not None:
+            self.steps.append(self.now.clone())
+            self.now.zero_()
+
+    def write(self, run_dir: str, rank: int, warmup: int) -> None:
+        import torch
+        from megatron.core import parallel_state as ps
+        if self.now is None or not self.steps or not len(self.now):  # every rank takes the same branch
+            return
+        counts = torch.stack(self.steps)  # steps × layers × experts
+        torch.distributed.all_reduce(counts, group=ps.get_data_parallel_group(with_context_parallel=True))
+        if rank != 0:
+            return
+        kept = counts[warmup:] if len(counts) > warmup else counts
+        load = counts.double()
+        with open(os.path.join(run_dir, "routing.json"), "w") as f:
+            json.dump({"warmup_steps": warmup, "tokens_per_expert": kept.sum(dim=0).tolist(),
+                       "max_over_mean": (load.max(dim=2).values / load.mean(dim=2)).tolist()}, f)

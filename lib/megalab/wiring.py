@@ -36,7 +36,8 @@ def megatron_configs(cfg, dry_run: bool = False):
     te, swiglu, moe = cfg.impl == "te", cfg.activation == "swiglu", cfg.experts > 0
     bias = theory.has_bias(cfg)  # theory counts parameters with the same rule
     have = lambda mod: importlib.util.find_spec(mod) is not None  # noqa: E731
-    recompute = {"none": {}, "selective": dict(recompute_granularity="selective"),
+    recompute = {"none": {}, "selective": dict(recompute_granularity="selective",
+                                               recompute_modules=cfg.recompute_modules.split(",")),
                  "full": dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)}
     model = TransformerConfig(
         num_layers=cfg.layers, hidden_size=cfg.hidden, num_attention_heads=cfg.heads,
@@ -69,8 +70,10 @@ def megatron_configs(cfg, dry_run: bool = False):
         transformer_impl="transformer_engine" if te else "local",
         # mixture of experts
         num_moe_experts=cfg.experts or None, moe_router_topk=cfg.topk,
-        moe_ffn_hidden_size=cfg.moe_ffn_size if moe else None, moe_aux_loss_coeff=MOE_AUX_LOSS_COEFF if moe else 0.0,
-        moe_router_load_balancing_type="aux_loss", moe_grouped_gemm=te and moe, moe_router_pre_softmax=cfg.topk == 1,
+        moe_ffn_hidden_size=cfg.moe_ffn_size if moe else None, moe_aux_loss_coeff=MOE_AUX_LOSS_COEFF if moe and cfg.moe_balance != "none" else 0.0,
+        moe_router_load_balancing_type="none" if cfg.moe_balance == "none" else "aux_loss",
+        moe_router_force_load_balancing=cfg.moe_balance == "force",
+        moe_grouped_gemm=te and moe, moe_router_pre_softmax=cfg.topk == 1,
         moe_permute_fusion=te and moe, moe_router_fusion=te and moe,  # TE's fused token sort and top-k/aux loss
         # alltoall makes a CUDA stream when built; dispatchers hold no parameters, so counts agree
         moe_token_dispatcher_type="allgather" if dry_run else cfg.moe_dispatcher,

@@ -20,6 +20,8 @@ FIT_ITERS = 5     # a fit probe needs the peak of a step, not a timing
 RECORDED_TP = (2,)         # TP degrees whose per-layer pairs, profiled steps, fits and recompute runs are recorded
 RECORDED_SP_PARITY = (2,)  # TP degrees whose TP + SP parity is recorded
 RECORDED_SP_SELECTIVE_PARITY = (2,)  # ... and TP + SP + selective recomputation parity
+RECORDED_MODULES_TP = ()   # TP degrees whose recompute of chosen modules (MODULES) is recorded
+MODULES = "mlp"            # Megatron's recompute_modules beyond the default core_attn: the MLP, re-run from its input
 
 
 def _pair(cfg) -> list:
@@ -70,6 +72,15 @@ def _tp(ts: list, iters: int, gpu: str) -> dict:
     }
 
 
+def _modules(ts: list, iters: int) -> dict:
+    """Selective recompute of the MLP (Megatron's recompute_modules) at TP t + SP: its per-layer memory and its
+    cost in time, beside the recompute_tp runs."""
+    shape, one = _shape(iters), _one(iters)
+    kw = dict(sp=True, recompute="selective", recompute_modules=MODULES)
+    return {"per_layer_modules": {t: _pair(shape.replace(gpus=t, tp=t, **kw)) for t in ts},
+            "recompute_modules_tp": {t: one.replace(gpus=t, tp=t, mbs=8, gbs=8, **kw) for t in ts}}
+
+
 def runs(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
     """What the records answer: one layer term by term, what recompute costs on one GPU and where its time
     goes (profiled steps), the largest micro-batch with and without full recompute; TP and SP at the
@@ -94,6 +105,7 @@ def runs(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
         "profile_recompute_h100": [Profiled(one.replace(recompute=r), "H100") for r in ("none", "selective", "full")],
         # 3. TP and SP at the recorded degrees
         **_tp([t for t in ts if t in RECORDED_TP], iters, gpu),
+        **_modules([t for t in ts if t in RECORDED_MODULES_TP], iters),
         # 4. still correct: TP + SP, and TP + SP + selective recompute, against one GPU
         "parity": [_stable(t) for t in ts if t in RECORDED_SP_PARITY],
         "parity_selective": [_stable(t, recompute="selective") for t in ts if t in RECORDED_SP_SELECTIVE_PARITY],
@@ -102,10 +114,12 @@ def runs(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
 
 def pending(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
     """Queued for the next version: TP and SP at the TP degrees not recorded yet (4 and 8: per-layer memory,
-    profiled collectives, what fits gpt-8.3b, recompute cost), and their parities."""
+    profiled collectives, what fits gpt-8.3b, recompute cost), the MLP's recompute at the degrees not
+    recorded, and their parities."""
     tops = [t for t in degrees(gpus) if t > 1]
     return {
         **_tp([t for t in tops if t not in RECORDED_TP], iters, gpu),
+        **_modules([t for t in tops if t not in RECORDED_MODULES_TP], iters),
         # still correct: TP + SP + selective recompute, and TP + SP, at the degrees not recorded yet
         "parity": [_stable(t, recompute="selective") for t in tops if t not in RECORDED_SP_SELECTIVE_PARITY]
                   + [_stable(t) for t in tops if t not in RECORDED_SP_PARITY],

@@ -75,6 +75,9 @@ def pending(gpus: int = 2, iters: int = ITERS) -> dict:
         "dispatcher_topk": [wide(topk=2, ep=top, moe_dispatcher=d) for d in ("alltoall", "allgather")],
         "etp": [wide(etp=top)],
         "profile": [Profiled(wide(ep=top, iters=PROFILE_ITERS))],
+        # 5. routing: tokens per expert per layer (every MoE run records them), the auxiliary loss (the ep run)
+        # against forced balance (random router logits) and none
+        "routing": {b: wide(ep=top, moe_balance=b) for b in ("force", "none")},
         # 6. still correct: the chapter's own model at EP = GPUs against one GPU (lr as moe-small's parity)
         "parity": [Parity(wide(ep=top, iters=PARITY_ITERS, lr=1e-4))],
     }

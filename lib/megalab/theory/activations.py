@@ -39,7 +39,9 @@ def activation_terms(cfg, attention: str | None = None, recompute: str | None = 
                        dropout too: the mask and dropout output go, but Megatron's unfused softmax (no fused
                        kernel) then keeps its fp32 output and a bf16 copy (4 + 2), so 5 is the middle guess
     The paper's 34 = 10 + 8 + 16. TP splits attention, mlp and scores t ways; CP divides s (s → s/cp).
-    Full recompute keeps only the layer input, 2·s·b·h (/t with SP), under "input". `score_bytes`: bytes
+    Full recompute keeps only the layer input, 2·s·b·h (/t with SP), under "input". Selective recompute
+    with "mlp" among cfg.recompute_modules (dense layers; Megatron checkpoints the MLP from its input)
+    keeps no MLP activations and no separate MLP input: mlp 0, replicated 2 less. `score_bytes`: bytes
     per score element (the paper's 5; SCORE_BYTES_FP32_SOFTMAX when the softmax runs unfused in fp32).
     """
     recompute = recompute or cfg.recompute
@@ -55,6 +57,8 @@ def activation_terms(cfg, attention: str | None = None, recompute: str | None = 
         mlp = 2 * (1 + glu(cfg)) * cfg.ffn_size / h
     materialized = (attention or attention_kind(cfg)) == "materialized" and recompute != "selective"
     replicated = 10 if cfg.dropout > 0 else 8  # two dropout masks of 1 byte per element, when dropout is on
+    if recompute == "selective" and "mlp" in cfg.recompute_modules.split(",") and not cfg.experts:
+        mlp, replicated = 0.0, replicated - 2  # the MLP re-runs from its input, the residual the norms keep
     return {"replicated": replicated * unit / sp, "attention": (4 + 4 * g / a) * unit / t, "mlp": mlp * unit / t,
             "scores": score_bytes * a * s * cfg.seq * b / t if materialized else 0.0}
 

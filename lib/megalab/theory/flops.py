@@ -24,7 +24,8 @@ def flops_per_step(cfg, recompute: str | None = None, causal: bool = True) -> fl
 
     recompute=None counts model FLOPs (what MFU uses); "full" adds one more forward of every layer
     (hardware FLOPs; Narayanan eq. (3): 96·B·s·L·h²·(1 + s/(6h) + V/(16hL))), "selective" one
-    more forward of the core attention only (Korthikanti et al. 2022 §5).
+    more forward of the core attention only (Korthikanti et al. 2022 §5), and of the MLP when
+    cfg.recompute_modules names it.
     """
     h, a, g, s = cfg.hidden, cfg.heads, cfg.groups, cfg.seq
     kv = h // a
@@ -37,8 +38,9 @@ def flops_per_step(cfg, recompute: str | None = None, causal: bool = True) -> fl
     total = tokens * 3 * (cfg.layers * layer + 2 * h * cfg.vocab)
     if recompute == "full":
         total += tokens * cfg.layers * layer
-    elif recompute == "selective":
-        total += tokens * cfg.layers * core
+    elif recompute == "selective":  # cfg.recompute_modules: the core attention, and the dense MLP if named
+        mods = cfg.recompute_modules.split(",")
+        total += tokens * cfg.layers * (core * ("core_attn" in mods) + mlp * ("mlp" in mods and not cfg.experts))
     elif recompute not in (None, "none"):
         raise ValueError(f"recompute={recompute!r}: use None, 'none', 'selective' or 'full'")
     return float(total)

@@ -23,8 +23,10 @@ def flops_by_kind(cfg, recompute: str = "none", causal: bool = True) -> dict:
     forward is the difference flops_per_step makes for selective recomputation; its backward counts twice
     its forward, as every other pass here."""
     none = flops_per_step(cfg, causal=causal)
-    core = flops_per_step(cfg, "selective", causal) - none   # one forward of every layer's core attention
-    attention = core * (3 if recompute in (None, "none") else 4)
+    attn_only = cfg.replace(recompute_modules="core_attn")
+    core = flops_per_step(attn_only, "selective", causal) - none   # one forward of every layer's core attention
+    again = recompute == "full" or (recompute == "selective" and "core_attn" in cfg.recompute_modules.split(","))
+    attention = core * (4 if again else 3)
     return {"gemm": flops_per_step(cfg, recompute, causal) - attention, "attention": attention}
 
 
