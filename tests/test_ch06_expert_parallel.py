@@ -8,7 +8,11 @@ from megalab.config import RunConfig
 RECORDED = {"5404654363680c5c", "3b546200a489c8ab", "853fb2d327a48cde", "51de521bd37c8e86",  # dense twin; 64/128/256
             "2547fb3793f1b282", "bd59030cef75eecb",                                       # profiled: MoE, dense
             "3bc45a38c6ca2919", "edc5f2b11cdda44e", "5828b876cb1ba84b", "9db47d8076b9d5ab",  # micro-batch 2, 4
-            "5a2396e3748dbd44", "215e6c5d9955a53d"}                                       # moe-small EP 4 parity
+            "5a2396e3748dbd44", "215e6c5d9955a53d",                                       # moe-small EP 4 parity
+            # two GPUs (session 12): DP, DP + ZeRO, EP, expert counts, dispatchers, ETP, profile, routing, parity
+            "2532ac06eeea43d2", "3043c0689cec52bc", "3192cefec48c4f15", "553c2644377849bf", "5ff187f60cb42406",
+            "6d953af9b783c979", "6e206ba3b25c6807", "8199203668e1cf30", "8afc6f196556ce45", "a642c90d799574ae",
+            "af133b1118ed4547", "b174b0c45070d93c", "bfa166a485260bd9", "f518d9ff15d71223", "fadb2cabcc9fe713"}
 
 
 def _cfg(item) -> RunConfig:
@@ -45,3 +49,12 @@ def test_the_older_trainer_is_reachable():
     assert new["recorded_at"] >= FUSIONS_AT
     assert profiles.gpu_busy(new["profile"])["kernels"] < profiles.gpu_busy(
         profiles.made_before(moe, FUSIONS_AT, profiled=True)["profile"])["kernels"]
+
+
+def test_the_crashed_top2_runs_are_queued_again():
+    """Both top-2 runs failed (SIGSEGV, session 12): not read as answers at two GPUs, queued for a retry."""
+    from megalab.chapters.ch06_expert_parallel import pending
+    retry = pending(2)
+    assert list(retry) == ["dispatcher_topk"] and {c.topk for c in retry["dispatcher_topk"]} == {2}
+    assert set(pending(2, recorded=True)) >= {"dp", "ep", "routing", "parity", "dispatcher_topk"}
+    assert "dispatcher_topk" not in chapters.runs("ch06", 2)["two_gpus"][2]

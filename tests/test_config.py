@@ -105,6 +105,15 @@ RULES = [
     (dict(cuda_graphs="te", recompute="selective"), None),
     (dict(cuda_graphs="local", experts=4), "MoE layers with CUDA graphs: use --cuda-graphs te"),
     (dict(cuda_graphs="te", experts=4), None),
+    (dict(recompute="selective", recompute_modules="mlp"), None),
+    (dict(recompute="selective", recompute_modules="core_attn,mlp"), None),
+    (dict(recompute_modules="mlp"), "recompute_modules=mlp needs recompute selective"),
+    (dict(recompute="selective", recompute_modules="mlp,attn"), "name each module once, comma-separated, from core_attn"),
+    (dict(recompute="selective", recompute_modules="mlp,mlp"), "name each module once"),
+    (dict(recompute="selective", recompute_modules="moe_act"), "recompute of moe or moe_act needs a MoE model"),
+    (dict(moe_balance="none"), "moe_balance=none needs a MoE model"),
+    (dict(moe_balance="force", experts=4), None),
+    (dict(moe_balance="even", experts=4), "moe_balance='even' is not supported: pick one of aux_loss, force, none"),
 ]
 
 
@@ -234,3 +243,16 @@ def test_every_committed_record_keeps_its_label_and_key():
             assert rec["label"] in (cfg.label, legacy), f"{path.name}:{n}"
             checked += 1
     assert checked >= 240
+
+
+def test_recompute_modules_and_moe_balance_at_their_defaults_keep_old_keys():
+    """Both came after the records: at their defaults (Megatron's core_attn; the auxiliary loss) they stay out
+    of key and label; otherwise the label says so and the key differs."""
+    c = RunConfig(name="gpt-1.2b", layers=40, hidden=1536, heads=16, vocab=51200, gpus=2, tp=2, sp=True,
+                  recompute="selective")
+    m = c.replace(recompute_modules="mlp")
+    assert m.label == c.label + "-mlp" and m.key != c.key
+    assert c.replace(recompute_modules="core_attn").key == c.key
+    moe = RunConfig(experts=8, topk=2)
+    assert moe.replace(moe_balance="force").label == moe.label + "_balance-force"
+    assert moe.replace(moe_balance="aux_loss").key == moe.key != moe.replace(moe_balance="none").key

@@ -111,3 +111,13 @@ def test_megatron_lm_reads_every_flag_as_meant(monkeypatch):
         assert (a.tensor_model_parallel_size, a.context_parallel_size, a.expert_model_parallel_size,
                 a.data_parallel_size, a.micro_batch_size, a.global_batch_size, a.seq_length, a.sequence_parallel,
                 a.num_experts) == (c.tp, c.cp, c.ep, c.dp, c.mbs, c.gbs, c.seq, c.sp, c.experts or None)
+
+
+def test_recompute_modules_and_balance_become_megatron_lm_flags():
+    sel = peer.args(GPT12.replace(recompute="selective", recompute_modules="core_attn,mlp"))
+    assert sel[sel.index("--recompute-modules") + 1:sel.index("--recompute-modules") + 3] == ["core_attn", "mlp"]
+    moe = lambda b: peer.args(peer.peer_config(presets.get("olmoe-1b-7b").replace(gpus=1, mbs=1, gbs=8, moe_balance=b)))  # noqa: E731
+    none, force, aux = moe("none"), moe("force"), moe("aux_loss")
+    assert none[none.index("--moe-router-load-balancing-type") + 1] == "none" and "--moe-aux-loss-coeff" not in none
+    assert "--moe-router-force-load-balancing" in force and "--moe-router-force-load-balancing" not in aux
+    assert aux[aux.index("--moe-router-load-balancing-type") + 1] == "aux_loss" and "--moe-aux-loss-coeff" in aux

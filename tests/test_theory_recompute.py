@@ -40,3 +40,18 @@ def test_selective_reruns_only_the_attention_full_reruns_both():
     assert full["attention"] == pytest.approx(4 / 3) and 1.25 < full["gemm"] < 4 / 3
     assert full["all"] == pytest.approx(theory.hardware_flops(cfg.replace(recompute="full")) / theory.model_flops(cfg))
     assert flops_ratio_by_kind(cfg) == {"gemm": 1.0, "attention": 1.0, "all": 1.0}
+
+
+def test_recomputing_the_mlp_reruns_its_gemms_and_keeps_no_mlp_activations():
+    """recompute_modules=mlp (dense): the MLP's forward again (its GEMMs: 4/3), the attention not; per layer
+    the MLP term and its separate input (2 units of s·b·h) go, the rest stays."""
+    cfg = presets.get("gpt-1.2b").replace(seq=2048, mbs=4, gbs=4, recompute="selective", recompute_modules="mlp")
+    h, f = cfg.hidden, cfg.ffn_size
+    mlp_fwd = cfg.gbs * cfg.seq * cfg.layers * 2 * 2 * h * f
+    assert theory.hardware_flops(cfg) - theory.model_flops(cfg) == pytest.approx(mlp_fwd)
+    assert flops_ratio_by_kind(cfg)["attention"] == pytest.approx(1.0)
+    none = theory.activation_terms(cfg, recompute="none")
+    terms = theory.activation_terms(cfg)
+    unit = cfg.seq * cfg.mbs * h
+    assert terms["mlp"] == 0 and terms["replicated"] == pytest.approx(none["replicated"] - 2 * unit)
+    assert terms["attention"] == none["attention"]

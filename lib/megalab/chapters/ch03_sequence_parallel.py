@@ -20,7 +20,7 @@ FIT_ITERS = 5     # a fit probe needs the peak of a step, not a timing
 RECORDED_TP = (2,)         # TP degrees whose per-layer pairs, profiled steps, fits and recompute runs are recorded
 RECORDED_SP_PARITY = (2,)  # TP degrees whose TP + SP parity is recorded
 RECORDED_SP_SELECTIVE_PARITY = (2,)  # ... and TP + SP + selective recomputation parity
-RECORDED_MODULES_TP = ()   # TP degrees whose recompute of chosen modules (MODULES) is recorded
+RECORDED_MODULES_TP = (2,)  # TP degrees whose recompute of chosen modules (MODULES) is recorded (out of memory)
 MODULES = "mlp"            # Megatron's recompute_modules beyond the default core_attn: the MLP, re-run from its input
 
 
