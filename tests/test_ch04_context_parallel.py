@@ -1,5 +1,6 @@
 """Chapter 04's runs: the store answers every one at each GPU count (the H100's 80 GB search and the CP 2
-records included); the queued ones wait for the CP degrees not recorded yet."""
+records included, a profiled step of each comm type among them); the queued ones wait for the CP degrees
+not recorded yet."""
 import pytest
 
 from megalab import chapters, recording, specs
@@ -31,12 +32,20 @@ def test_cp2_is_recorded_whole():
     ch = chapters.runs("ch04", 2)
     assert set(ch["fit_seq"]) == {1, 2} and [c.cp for c in ch["strong"] + ch["weak"]] == [2, 2]
     assert {k: [c.seq for c in v] for k, v in ch["comm"].items()} == {k: [8192, 16384, 32768] for k in ("p2p", "all_gather", "a2a")}
-    assert isinstance(ch["profile"][0], Profiled) and ch["profile"][0].cfg.cp == 2
+    assert all(isinstance(p, Profiled) and p.cfg.cp == 2 and p.cfg.seq == 16384 for p in ch["profile"])
+    assert [p.cfg.cp_comm for p in ch["profile"]] == ["p2p", "all_gather", "a2a"] == list(PROFILED_COMM)
     assert isinstance(ch["parity_long"][0], Parity) and ch["parity_long"][0].cfg.seq == 16384
     comm = {c.key for cs in ch["comm"].values() for c in cs}
     assert {c.key for c in ch["strong"] + ch["weak"]} <= comm     # strong and weak points are comm runs
-    queued = chapters.pending("ch04", 2)      # the other comm types' profiled CP 2 steps
-    assert list(queued) == ["profile"] and [p.cfg.cp_comm for p in queued["profile"]] == ["all_gather", "a2a"]
+    assert chapters.pending("ch04", 2) == {}   # every comm type's profiled CP 2 step is recorded too
+
+
+def test_every_profiled_cp2_step_keeps_each_ranks_times():
+    # the newest record answers: the p2p profile's second record is the one with per-rank data
+    for p in chapters.runs("ch04", 2)["profile"]:
+        prof = p.run("cached", quiet=True).record["profile"]
+        assert set(prof["ranks"]) == {"0", "1"} and all(r["attention"] > 0 for r in prof["ranks"].values())
+        assert len(prof["schedule"]["rank_seconds"]) == 2 and all(t["F"] > 0 and t["B"] > 0 for t in prof["schedule"]["rank_seconds"])
 
 
 @pytest.mark.parametrize("gpus", [1, 2, 4, 8])

@@ -65,3 +65,15 @@ def test_schedule_tasks_are_gantt_rows_per_stage():
     assert [(r["row"], r["kind"], r["label"]) for r in rows] == [("stage 0", "F", 0), ("stage 0", "B", 0), ("stage 1", "F", 0)]
     assert profiles.schedule_tasks(prof, chunks=2)[1]["kind"] == "B1" and profiles.schedule_tasks({}) == []
     assert len(charts.gantt(rows).data) == 2   # one trace per kind
+
+
+def test_rank_times_sets_each_ranks_kernels_beside_its_forward_and_backward():
+    p = _profile([["attention", 0.0, 1.0, 7]])
+    p["ranks"] = {"1": {"nccl": 0.3, "attention": 0.12}, "0": {"nccl": 0.04, "attention": 0.13}}
+    p["schedule"] = {"step": 3, "stages": {}, "rank_seconds": [{"F": 0.131, "B": 0.187}, {"F": 0.133, "B": 0.185}]}
+    t = profiles.rank_times(p)
+    assert list(t.index) == [0, 1] and t.loc[1, "attention_s"] == pytest.approx(0.12)
+    assert t.loc[0, ["forward_s", "backward_s"]].tolist() == pytest.approx([0.131, 0.187])
+    del p["schedule"]["rank_seconds"]                       # kernels kept, no per-rank schedule: NaN times
+    assert profiles.rank_times(p)["forward_s"].isna().all()
+    assert profiles.rank_times(_profile([])).empty          # a record of rank 0 alone

@@ -25,12 +25,18 @@ Does communication hide behind compute? The time an NCCL stream's kernels run wh
 
     >>> ring = next(iter(profiles.nccl_streams(profile)))   # the stream with the most NCCL time
     >>> profiles.hidden(profile, ring, ("attention",))      # comm_ms, hidden_ms, exposed_ms, share
+
+Is the work balanced across ranks? A trainer that profiles every rank keeps each one's kernel seconds by kind
+(`profile.ranks`) and its forward and backward seconds in one step (`profile.schedule.rank_seconds`):
+
+    >>> profiles.rank_times(profile)   # per global rank: attention_s, gemm_s, nccl_s, other_s, forward_s, backward_s
 """
 
 from __future__ import annotations
 
 __all__ = ["timeline", "by_kind", "kernel_ms", "extra_over", "union_seconds", "gpu_busy", "made_before", "compare",
-           "schedule_tasks", "nccl_streams", "hidden", "schedule_stages", "schedule_ideal", "nccl_kernels"]
+           "schedule_tasks", "nccl_streams", "hidden", "schedule_stages", "schedule_ideal", "nccl_kernels",
+           "rank_times"]
 
 from collections.abc import Iterable
 
@@ -234,3 +240,19 @@ def hidden(profile: dict, stream, behind: Iterable[str] = ("attention",)) -> dic
             i += 1
     total = sum(b - a for a, b in comm)
     return {"comm_ms": total, "hidden_ms": both, "exposed_ms": total - both, "share": both / total if total else 0.0}
+
+
+def rank_times(profile: dict):
+    """Per global rank of a profiled step (a DataFrame indexed by rank): its kernel seconds per step by kind
+    (`profile.ranks`, "<kind>_s": attention, gemm, nccl, other) and forward_s and backward_s, its forward and
+    backward seconds in the schedule's step (`profile.schedule.rank_seconds`, NaN where absent). An NCCL
+    kernel's time includes waiting for the peer, so the work a rank does is in its compute kernels, and its
+    forward and backward times include waiting for the slowest rank. Empty for records of rank 0 alone."""
+    import pandas as pd
+    ranks = (profile or {}).get("ranks") or {}
+    busy = ((profile or {}).get("schedule") or {}).get("rank_seconds") or []
+    rows = {int(r): {**{f"{kind}_s": float(s) for kind, s in kinds.items()},
+                     "forward_s": busy[int(r)]["F"] if int(r) < len(busy) else float("nan"),
+                     "backward_s": busy[int(r)]["B"] if int(r) < len(busy) else float("nan")}
+            for r, kinds in ranks.items()}
+    return pd.DataFrame.from_dict(rows, orient="index").sort_index().rename_axis("rank")

@@ -4,9 +4,10 @@ gpt-1.2b (the seed tutorial's CP model) with Transformer Engine attention, one s
 `runs` holds what the committed records answer: one H200 (the sequence sweep, the longest sequence,
 recomputation), one 80 GB H100's longest sequence, the CP 4 parity of each comm type, and at the CP
 degrees in RECORDED_CP the longest sequence, the three comm types at three lengths (strong and weak
-scaling among them), one profiled ring step and a 16k-token parity. `pending` keeps the runs at the other
-CP degrees, built by the same definitions so that their keys do not change when they move into `runs`
-(`megalab experiments ch04 --gpus 4 --pending`).
+scaling among them), one profiled 16k-token step of each comm type in PROFILED_COMM (every rank's kernel
+seconds and forward/backward times, rank 0's kernel timeline) and a 16k-token parity. `pending` keeps the
+runs at the other CP degrees, built by the same definitions so that their keys do not change when they move
+into `runs` (`megalab experiments ch04 --gpus 4 --pending`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ BASE_SEQ = 8192                                  # weak scaling: seq = cp x BASE
 LONG_SEQ = 4 * BASE_SEQ                          # strong scaling, the comm sweep's end, CP against recompute
 FIT_ITERS = 5                                    # a fit probe needs the peak of a step, not a timing
 RECORDED_CP = (2,)                               # CP degrees whose runs are recorded (2x H200)
-PROFILED_COMM = ("p2p",)                         # comm types whose profiled step is recorded at those degrees
+PROFILED_COMM = ("p2p", "all_gather", "a2a")     # comm types whose profiled step is recorded at those degrees
 
 
 def _base(iters: int):
@@ -40,13 +41,15 @@ def _parity(gpus: int, cp_comm: str, seq: int = 4096, iters: int = 50) -> Parity
 
 
 def _profiled(base, cp: int, kind: str) -> Profiled:
-    """One profiled CP step at 16k tokens: the kernel timeline of attention and the comm type's kernels."""
+    """One profiled CP step at 16k tokens: rank 0's kernel timeline (attention and the comm type's kernels on
+    their streams), every rank's kernel seconds by kind and forward/backward seconds."""
     return Profiled(base.replace(gpus=cp, cp=cp, cp_comm=kind, seq=2 * BASE_SEQ, iters=10))
 
 
 def _cp_runs(base, cps: list[int], gpu: str, profiled=COMM) -> dict:
     """The runs with cp > 1 at the degrees `cps` (their top one for the comm types, the profile and the
-    16k parity): fit, strong and weak scaling, the comm types at three lengths, a profiled ring step."""
+    16k parity): fit, strong and weak scaling, the comm types at three lengths, a profiled step of each of
+    `profiled`."""
     top = cps[-1] if cps else 1
     comm_seqs = (BASE_SEQ, 2 * BASE_SEQ, LONG_SEQ)
     return {
@@ -55,7 +58,7 @@ def _cp_runs(base, cps: list[int], gpu: str, profiled=COMM) -> dict:
         # 3. scaling: fixed sequence (strong; also CP's side of "CP vs recompute"), sequence growing with CP (weak)
         "strong": [base.replace(gpus=cp, cp=cp, seq=LONG_SEQ) for cp in cps],
         "weak": [base.replace(gpus=cp, cp=cp, seq=BASE_SEQ * cp) for cp in cps],
-        # 4. the communication types across sequence lengths, and one profiled ring step
+        # 4. the communication types across sequence lengths, and one profiled step of each (5: per-rank times)
         "comm": {kind: [base.replace(gpus=top, cp=top, cp_comm=kind, seq=s) for s in comm_seqs]
                  for kind in COMM} if top > 1 else {},
         "profile": [_profiled(base, top, kind) for kind in profiled] if top > 1 else [],
@@ -86,8 +89,8 @@ def runs(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
 
 def pending(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
     """Runs with cp > 1 at the degrees not recorded yet, queued for the next version, and at the largest
-    recorded degree the profiled steps of the comm types not in PROFILED_COMM ({} when nothing is queued);
-    their cp = 1 points and the recorded runs are in `runs`."""
+    recorded degree the profiled steps of the comm types not in PROFILED_COMM (none now: all three are
+    recorded at CP 2); {} when nothing is queued. Their cp = 1 points and the recorded runs are in `runs`."""
     base = _base(iters)
     cps = [c for c in degrees(gpus)[1:] if c not in RECORDED_CP]
     out = _cp_runs(base, cps, gpu) if cps else {}

@@ -5,16 +5,17 @@ spec, lr 1e-4, 4× H200; tools/gpu/plans/archive/stable-local.txt), whose layout
 pipeline stage's peak memory and the step time; gpt-8.3b on one H200, out of memory
 (tools/gpu/plans/archive/oom.txt); one PP 2 stage's worth of gpt-8.3b (36 layers, Transformer Engine)
 alone on one H200 at the PP 2 sweep's global batch, m = 1, 2, 4, 8: the step without bubble; and, on two
-GPUs of a 4× H200 host (session 11, trainer 93ef4d6), gpt-8.3b on PP 2 (`RECORDED_PP`): the bubble sweep
-m = 1, 2, 4, 8 and v = 2 at m = 2 (`RECORDED_VPP`), timed alone; a profiled step of 1F1B and of the
-interleaved schedule at m = 4 (each record keeps its measured schedule, `profile.schedule`); the layouts
-PP 2 and TP 2 + SP on the same two GPUs (`RECORDED_LAYOUTS`); PP 2 and PP 2 × VPP 2 parity.
+GPUs of a 4× H200 host, gpt-8.3b on PP 2 (`RECORDED_PP`), each timed run alone on the host: the bubble
+sweep m = 1, 2, 4, 8 and v = 2 at m = 2 (session 11, trainer 93ef4d6), and v = 3, 4, 6 at m = 2 and every
+v = 2, 3, 4, 6 at m = 8, micro-batch 1 (2026-11-26, trainer 18116e0) (`RECORDED_VPP`); a profiled step of
+1F1B and of the interleaved schedule at m = 4 (each record keeps its measured schedule,
+`profile.schedule`); the layouts PP 2, TP 2 + SP and PP 2 × VPP 2 (the m = 8, v = 2 run) on the same two
+GPUs (`RECORDED_LAYOUTS`); PP 2 and PP 2 × VPP 2 parity.
 
 Queued (`pending`): the rest of the chapter's plan (Shoeybi et al. 2019's gpt-8.3b, 72 layers, with
 Transformer Engine, which theory puts above one H200's memory at micro-batch 1 and well inside it on two
-pipeline stages): the other chunk counts v at m = p and every v at m = 4p, the deeper pipelines' sweeps, one
-stage's layers alone on one GPU for them, their profiled steps, the layouts with interleaving, and parity
-of the pipelines not recorded yet.
+pipeline stages): the deeper pipelines' sweeps and chunk counts, one stage's layers alone on one GPU for
+them, their profiled steps and layouts, and parity of the pipelines not recorded yet.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ SEQS_PER_STAGE = 4      # global batch = 4 sequences per pipeline stage: 8 at PP
 CHUNKS = (2, 3, 4, 6)   # v, where it divides the layers per stage
 PROFILE_ITERS = 10
 RECORDED_PP = 2                   # the pipeline recorded on two GPUs: its bubble sweep, profiled steps, parity
-RECORDED_VPP = {2: (2,)}          # at PP 2: m -> the chunk counts v recorded (timed alone)
-RECORDED_LAYOUTS = ((1, 1), (2, 1))   # (tp, vpp) of the layouts recorded on PP 2's GPUs: PP 2, TP 2 + SP
+RECORDED_VPP = {2: (2, 3, 4, 6), 8: (2, 3, 4, 6)}   # at PP 2: m -> the chunk counts v recorded (timed alone)
+RECORDED_LAYOUTS = ((1, 1), (2, 1), (1, 2))   # (tp, vpp) of the layouts recorded on PP 2's GPUs: PP 2, TP 2 + SP, PP 2 × VPP 2
 
 
 def _microbatches(gbs: int) -> list[int]:
@@ -81,8 +82,8 @@ def _plan(gpus: int = 2, iters: int = ITERS) -> dict:
 
 def runs(gpus: int = 2, iters: int = ITERS) -> dict:
     """What the records answer, whatever `gpus`: the 4-GPU parity layouts (4× H200), one out-of-memory run,
-    PP 2's stage alone on one H200, and gpt-8.3b on PP 2 (two H200s): bubble sweep, VPP 2 at m = 2,
-    profiled steps, layouts, parity."""
+    PP 2's stage alone on one H200, and gpt-8.3b on PP 2 (two H200s): bubble sweep, every v at m = 2 and
+    m = 8, profiled steps, layouts, parity."""
     base = _llama_350m().replace(gpus=4)
     two, p = _plan(RECORDED_PP, iters), RECORDED_PP
     return {
@@ -92,11 +93,11 @@ def runs(gpus: int = 2, iters: int = ITERS) -> dict:
         "one_stage": {p: two["one_stage"][p]},
         # 1. the bubble measured: PP 2, m = 1, 2, 4, 8 at global batch 8, each run alone on the host
         "bubble": {p: two["bubble"][p]},
-        # 2. interleaving measured: PP 2 × VPP v at m = 2 (the largest bubble the schedule allows)
+        # 2. interleaving measured: PP 2 × VPP v at m = 2 (the largest bubble the schedule allows) and m = 8 (mbs 1)
         "vpp": {p: {m: [c for c in two["vpp"][p][m] if c.vpp in vs] for m, vs in RECORDED_VPP.items()}},
         # 4. the measured schedules: one profiled step of 1F1B and of PP 2 × VPP 2, m = 4
         "profile": {p: two["profile"][p]},
-        # 5. layouts on PP 2's two GPUs: PP 2 and TP 2 + SP, micro-batch 1
+        # 5. layouts on PP 2's two GPUs: PP 2, TP 2 + SP and PP 2 × VPP 2, micro-batch 1
         "layouts": {p: [c for c in two["layouts"][p] if (c.tp, c.vpp) in RECORDED_LAYOUTS]},
         # 6. still correct: PP 4, PP 4 × VPP 2, TP 2 × PP 2 against one GPU (mbs 4, gbs 16: m = 4) ...
         "parity": [Parity(base.replace(pp=4)), Parity(base.replace(pp=4, vpp=2)), Parity(base.replace(tp=2, pp=2))],
