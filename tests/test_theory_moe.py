@@ -106,5 +106,5 @@ def test_chapter_runs_are_recorded_and_pending_scales(gpus):
         cfg = item if isinstance(item, RunConfig) else item.cfg
         cfg.validate()
         assert cfg.gpus <= gpus
-    if gpus > 1:
+    if gpus > 2:   # two GPUs are recorded: only the crashed top-2 runs are queued again there
         assert chapters.pending("ch06", gpus)["ep"][-1].ep == gpus

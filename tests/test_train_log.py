@@ -73,6 +73,20 @@ def test_tasks_from_marks_and_schedule_in_the_record(tmp_path):
         {"chunk": 1, "microbatch": 0, "kind": "F", "start_s": 1.5, "end_s": 2.0}]
     tasks = train_log.tasks_from_marks(marks)
     train_log.write_schedule(str(tmp_path), 3, [tasks, tasks, []], [0, 0, 1])   # first rank of each stage
-    assert _profile(tmp_path) == {"profile": {"schedule": {"step": 3, "stages": {"0": tasks, "1": []}}}}
+    assert _profile(tmp_path) == {"profile": {"schedule": {"step": 3, "stages": {"0": tasks, "1": []},
+                                                           "rank_seconds": [{"F": 1.5, "B": 0}] * 2 + [{"F": 0, "B": 0}]}}}
     (tmp_path / "profile.json").write_text('{"steps": [5, 6, 7]}')
     assert _profile(tmp_path)["profile"]["steps"] == [5, 6, 7] and "schedule" in _profile(tmp_path)["profile"]
+
+
+def test_every_ranks_kernel_time_joins_the_record(tmp_path):
+    """Rank 0 writes profile.json (with the timeline), the others profile_rank<r>.json (kernel seconds only):
+    the record keeps them all under profile.ranks, by rank."""
+    import json
+    from megalab.records import _profile
+    (tmp_path / "profile.json").write_text(json.dumps({"steps": [5], "kernel_s_per_step": {"nccl": 1.0}, "timeline": []}))
+    (tmp_path / "profile_rank1.json").write_text(json.dumps({"steps": [5], "kernel_s_per_step": {"nccl": 2.0}}))
+    (tmp_path / "profile_rank2.json").write_text("{not json")   # a torn file costs that rank, not the record
+    prof = _profile(tmp_path)["profile"]
+    assert prof["ranks"] == {"0": {"nccl": 1.0}, "1": {"nccl": 2.0}} and prof["timeline"] == []
+    assert "ranks" not in _profile(tmp_path / "absent").get("profile", {})
