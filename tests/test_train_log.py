@@ -90,3 +90,16 @@ def test_every_ranks_kernel_time_joins_the_record(tmp_path):
     prof = _profile(tmp_path)["profile"]
     assert prof["ranks"] == {"0": {"nccl": 1.0}, "1": {"nccl": 2.0}} and prof["timeline"] == []
     assert "ranks" not in _profile(tmp_path / "absent").get("profile", {})
+
+
+def test_where_names_the_innermost_frames():
+    from megalab.train_log import where
+
+    def inner():
+        raise RuntimeError("CUDA out of memory")
+
+    try:
+        inner()
+    except RuntimeError as e:
+        frames = where(e, frames=2)
+    assert len(frames) == 2 and frames[-1].endswith("in inner") and "test_train_log.py:" in frames[-1]

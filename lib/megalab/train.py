@@ -38,6 +38,7 @@ before it and overlaps with it (Megatron-LM asserts it on Hopper). It costs DP-o
 
 import argparse
 import contextlib
+import faulthandler
 import importlib.util
 import os
 import sys
@@ -48,7 +49,8 @@ from megalab import data, theory
 from megalab.config import InvalidLayout
 from megalab.flags import add_config_args, config_from_args
 from megalab.train_log import (CHUNKS, CLOCK, GIB, SCHEDULE_STEP, RouterCounts, all_gather, budget, clock_chunks, emit,
-                               is_oom, max_over_ranks, peak_tflops, profiler, reduced_loss, step_line, write_schedule)
+                               is_oom, max_over_ranks, peak_tflops, profiler, reduced_loss, step_line, where,
+                               write_schedule)
 from megalab.weights import init_layout_invariant
 # train() calls build_training by this module's name: tools/gpu/spikes.py swaps in a probing one
 from megalab.wiring import (build_training, environment, graph_capture, megatron_configs,
@@ -215,6 +217,7 @@ def forward_step_func(data_iterator, model):
 
 # -- main -----------------------------------------------------------------------------------------
 def main(argv=None) -> None:
+    faulthandler.enable()  # a crash in native code (SIGSEGV) prints every thread's Python stack to the log
     args = parse_args(argv)
     rank = int(os.environ.get("RANK", "0"))
     try:
@@ -233,9 +236,10 @@ def main(argv=None) -> None:
     except Exception as e:
         if not is_oom(e):
             raise
-        # one line per rank, then die at once: peers may hang in NCCL until torchrun kills them
+        # one line per rank, then die at once: peers may hang in NCCL until torchrun kills them; where it
+        # ran out (the innermost frames) says which allocation, when the numbers say it should have fit
         emit({"kind": "error", "status": "oom", "rank": rank, "error_type": "OutOfMemoryError",
-              "message": str(e)[:500]})
+              "message": str(e)[:500], "where": where(e)})
         sys.stderr.flush()
         os._exit(1)
 

@@ -117,6 +117,19 @@ def profiler(run_dir: str, rank: int = 0):
         on_trace_ready=write)
 
 
+def where(e: BaseException, frames: int = 6) -> list[str]:
+    """The innermost `frames` frames of an exception's traceback, "file:line in function" each, innermost last
+    (paths from their site-packages or project folder on)."""
+    import traceback
+    out = []
+    for f in traceback.extract_tb(e.__traceback__)[-frames:]:
+        path = f.filename
+        for cut in ("site-packages/", "lib/megalab/"):
+            path = path.split(cut, 1)[-1] if cut in path else path
+        out.append(f"{path}:{f.lineno} in {f.name}")
+    return out
+
+
 def is_oom(e: BaseException) -> bool:
     """Out of GPU memory: PyTorch's allocator, or a library that allocates its own buffers (cuBLAS, NCCL)."""
     import torch
