@@ -7,7 +7,8 @@ layout) is built by `megalab run --dry-run`: gloo on CPU, Megatron Core builds e
 counts their parameters, which must equal theory's count per rank (theory.params_per_rank). Megatron cannot build Transformer Engine
 layers without TE: where this machine has none, a job asking for TE is built with Megatron's local spec
 when its layout runs without TE (same parameters, same shards), and only validated where it cannot
-(sequence parallelism, context parallelism, FP8, TE's grouped-GEMM experts). Prints one line per job and
+(sequence parallelism, context parallelism, FP8, CUDA graphs). Experts build either way (the local
+spec's SequentialMLP holds the same weights as TE's grouped GEMM). Prints one line per job and
 a count; exits 1 if any job failed.
 """
 from __future__ import annotations
@@ -33,15 +34,14 @@ def _jobs(path):
         tag, *flags = shlex.split(line)
         while flags and not flags[0].startswith("-"):   # fit, parity, peer
             flags = flags[1:]
-        known, _ = add_config_args(argparse.ArgumentParser()).parse_known_args(flags)
+        known, _ = add_config_args(argparse.ArgumentParser(allow_abbrev=False)).parse_known_args(flags)  # fit's --hi is not --hidden
         yield tag, config_from_args(known)
 
 
 def needs_te(cfg) -> str | None:
     """Why this layout cannot be built with the local spec, or None."""
     reasons = [why for on, why in ((cfg.sp, "sequence parallelism"), (cfg.cp > 1, "context parallelism"),
-                                   (cfg.fp8, "FP8"), (cfg.experts > 0, "TE's grouped-GEMM experts"),
-                                   (cfg.cuda_graphs != "none", "CUDA graphs")) if on]
+                                   (cfg.fp8, "FP8"), (cfg.cuda_graphs != "none", "CUDA graphs")) if on]
     return ", ".join(reasons) or None
 
 

@@ -22,6 +22,9 @@ RECORDED_SP_PARITY = (2,)  # TP degrees whose TP + SP parity is recorded
 RECORDED_SP_SELECTIVE_PARITY = (2,)  # ... and TP + SP + selective recomputation parity
 RECORDED_MODULES_TP = (2,)  # TP degrees whose recompute of chosen modules (MODULES) is recorded (out of memory)
 MODULES = "mlp"            # Megatron's recompute_modules beyond the default core_attn: the MLP, re-run from its input
+BIG = {2: "gpt-8.3b"}      # the model whose largest micro-batch each layout fits, by TP degree (TP 2: recorded) ...
+BIG_WIDE = "gpt-22b"       # ... and at TP >= 4: the seed's GPT-22B experiment at half its TP (theory on an H200 at
+                           # TP 4: TP fits 5 sequences, TP + SP 9, full recompute 32)
 
 
 def _pair(cfg) -> list:
@@ -55,17 +58,17 @@ def _stable(t: int, **kw) -> Parity:
 
 
 def _tp(ts: list, iters: int, gpu: str) -> dict:
-    """TP and SP at each TP degree of `ts`: per-layer memory, profiled collectives, what fits gpt-8.3b,
-    what recompute costs."""
+    """TP and SP at each TP degree of `ts`: per-layer memory, profiled collectives, what fits (gpt-8.3b at
+    TP 2, gpt-22b from TP 4 on: BIG), what recompute costs."""
     shape, one = _shape(iters), _one(iters)
-    big = presets.get("gpt-8.3b").replace(seq=2048, dropout=0.1, iters=iters)
+    big = lambda t: presets.get(BIG.get(t, BIG_WIDE)).replace(seq=2048, dropout=0.1, iters=iters)  # noqa: E731
     return {
         # TP replicates 10 s·b·h per layer; SP shards it
         "per_layer_tp": {t: {name: _pair(shape.replace(**kw)) for name, kw in _variants(t).items()} for t in ts},
         "profile_tp": [Profiled(shape.replace(layers=8, mbs=4, gbs=4, gpus=t, tp=t, sp=sp)) for t in ts
                        for sp in (False, True)],
-        # what fits: the largest micro-batch of gpt-8.3b per layout
-        "fit_mbs": {t: {name: Fit(big.replace(mbs=1, gbs=1, iters=FIT_ITERS, **kw), "mbs", gpu)
+        # what fits: the largest micro-batch of BIG's model per layout
+        "fit_mbs": {t: {name: Fit(big(t).replace(mbs=1, gbs=1, iters=FIT_ITERS, **kw), "mbs", gpu)
                         for name, kw in _variants(t).items()} for t in ts},
         "recompute_tp": {t: [one.replace(gpus=t, tp=t, sp=True, mbs=8, gbs=8, recompute=r)
                              for r in ("none", "selective", "full")] for t in ts},
@@ -114,7 +117,7 @@ def runs(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
 
 def pending(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
     """Queued for the next version: TP and SP at the TP degrees not recorded yet (4 and 8: per-layer memory,
-    profiled collectives, what fits gpt-8.3b, recompute cost), the MLP's recompute at the degrees not
+    profiled collectives, what fits gpt-22b, recompute cost), the MLP's recompute at the degrees not
     recorded, and their parities."""
     tops = [t for t in degrees(gpus) if t > 1]
     return {
