@@ -52,9 +52,13 @@ def test_the_older_trainer_is_reachable():
 
 
 def test_the_crashed_top2_runs_are_queued_again():
-    """Both top-2 runs failed (SIGSEGV, session 12): not read as answers at two GPUs, queued for a retry."""
+    """Both top-2 runs failed (SIGSEGV, session 12): not read as answers at two GPUs, queued for a retry, with
+    the expert-count fit searches (steps of 8 experts per EP rank)."""
     from megalab.chapters.ch06_expert_parallel import pending
     retry = pending(2)
-    assert list(retry) == ["dispatcher_topk"] and {c.topk for c in retry["dispatcher_topk"]} == {2}
+    assert set(retry) == {"dispatcher_topk", "fit_experts"} and {c.topk for c in retry["dispatcher_topk"]} == {2}
+    ep, zo = retry["fit_experts"]["EP"], retry["fit_experts"]["DP + dist. optimizer"]
+    assert (ep.vary, ep.step, ep.cfg.ep, zo.step, zo.cfg.dist_opt) == ("experts", 16, 2, 8, True)
+    assert ep.window[0] <= ep.predicted <= ep.window[1] and ep.predicted % 16 == 0
     assert set(pending(2, recorded=True)) >= {"dp", "ep", "routing", "parity", "dispatcher_topk"}
     assert "dispatcher_topk" not in chapters.runs("ch06", 2)["two_gpus"][2]

@@ -201,3 +201,10 @@ def test_parity_curves_name_a_readers_own_runs(fake_run):
     assert [k.removesuffix(" (yours)") for k in live] == list(book) and len({*live, *book}) == 4
     assert all(c["source"] == "yours" for c in live.values()) and all("source" not in c for c in book.values())
     assert book[CFG.label]["loss"] == live[f"{CFG.label} (yours)"]["loss"]
+
+
+def test_an_expert_count_fit_steps_by_whole_experts_per_ep_rank():
+    from megalab import presets
+    moe = presets.get("olmoe-like").replace(gpus=2, ep=2, mbs=1, gbs=8)
+    assert sweep.with_value(moe, "experts", 320).experts == 320
+    assert sweep._step(moe, "experts") == 16 and sweep._step(moe.replace(ep=1), "experts") == 8

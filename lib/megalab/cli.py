@@ -123,12 +123,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     cmd("chapters", records.cmd_chapters, "list the chapters (for experiments and reproduce) and the book's pages")
 
-    s = cmd("fit", runs.cmd_fit, "bisect for the largest mbs / seq / layers that fits in memory", True)
-    s.add_argument("--vary", choices=("mbs", "seq", "layers"), default="mbs", help="what to grow (default mbs)")
+    s = cmd("fit", runs.cmd_fit, "bisect for the largest mbs / seq / layers / experts that fits in memory", True)
+    s.add_argument("--vary", choices=("mbs", "seq", "layers", "experts"), default="mbs", help="what to grow (default mbs)")
     s.add_argument("--lo", type=usage.positive_int, default=1, help="smallest value to probe (default 1)")
     s.add_argument("--hi", type=usage.positive_int, default=64, help="largest value to probe (default 64)")
     s.add_argument("--step", type=usage.positive_int,
-                   help="probe multiples of this (default: 1, 128 for seq, pp*vpp for layers)")
+                   help="probe multiples of this (default: 1, 128 for seq, pp*vpp for layers, 8*ep for experts)")
     modes(s)
     timeout(s)
     tags(s, "every probe")

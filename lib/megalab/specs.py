@@ -43,7 +43,7 @@ def sizing_gpu(mode: str, reference: str = "H200") -> str:
 
 # -- questions that take several runs --------------------------------------------------------------
 def predicted_largest(cfg: RunConfig, vary: str, gpu: str, step: int = 1, limit: int | None = None) -> int:
-    """The largest value of `vary` (mbs, seq or layers) that theory's memory model fits on `gpu`
+    """The largest value of `vary` (mbs, seq, layers or experts) that theory's memory model fits on `gpu`
     (searched up to `limit`, default 4096 steps)."""
     from megalab.theory import memory
     from megalab.sweep import with_value

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-VARY = ("mbs", "seq", "layers")
+VARY = ("mbs", "seq", "layers", "experts")
 PARITY_FACTOR = 3.0
 PARITY_FLOOR = 0.02
 SPIKE_JUMP = 1.0  # nats: a step whose loss rises this much over the step before is a spike
@@ -28,6 +28,8 @@ def _step(cfg, vary: str) -> int:
         return cfg.pp * cfg.vpp  # every pipeline chunk holds the same number of layers
     if vary == "seq":
         return 128  # a multiple of 2*cp*tp for every layout this book runs
+    if vary == "experts":
+        return 8 * cfg.ep  # every EP rank holds the same number of experts (and a multiple of 8, as the book's)
     return 1
 
 

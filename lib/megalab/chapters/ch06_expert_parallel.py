@@ -18,14 +18,17 @@ from __future__ import annotations
 
 from megalab import presets
 from megalab.records import TRAINER_CHANGES
-from megalab.specs import ITERS, PARITY_ITERS, Parity, Profiled, degrees
+from megalab.specs import ITERS, PARITY_ITERS, Fit, Parity, Profiled, degrees
 
 EXPERTS = (64, 128, 256)   # the seed's rows: more experts at the same active compute
 PROFILE_ITERS = 10         # the profiler traces steps 5-7
 MICRO_BATCHES = (1, 2, 4)  # at the same global batch of 4 sequences: 4, 2 and 1 micro-batches per step
 FUSIONS_AT, FUSIONS_COMMIT = TRAINER_CHANGES[0][:2]   # the trainer's MoE fusions (see above)
 RECORDED_EP = (2,)         # GPU counts whose layouts (DP, EP, experts, dispatchers, ETP, routing, parity) are recorded
-RETRY = ("dispatcher_topk",)   # ... less these, queued again: both top-2 runs crashed (SIGSEGV at step 7, session 12)
+RETRY = ("dispatcher_topk", "fit_experts")   # ... less these, queued: both top-2 runs crashed (SIGSEGV at step 7,
+                                              # session 12); the expert-count fit searches came after
+FIT_ITERS = 5              # a fit probe needs the peak of a step, not a timing
+GPU = "H200"               # the reference records' GPU: the fits probe its memory
 
 
 def _base(iters: int):
@@ -75,6 +78,10 @@ def _layouts(base, top: int) -> dict:
         "dispatcher_experts": {n: wide(experts=n, ep=top, moe_dispatcher="allgather") for n in EXPERTS[1:]},
         "dispatcher_topk": [wide(topk=2, ep=top, moe_dispatcher=d) for d in ("alltoall", "allgather")],
         "etp": [wide(etp=top)],
+        # 3. the largest expert count that fits, EP against DP with the distributed optimizer (fit searches
+        # around theory's prediction, in steps of 8 experts per EP rank)
+        "fit_experts": {name: Fit(wide(iters=FIT_ITERS, **kw), "experts", GPU, step=8 * kw.get("ep", 1))
+                        for name, kw in (("EP", dict(ep=top)), ("DP + dist. optimizer", dict(dist_opt=True)))},
         "profile": [Profiled(wide(ep=top, iters=PROFILE_ITERS))],
         # 5. routing: tokens per expert per layer (every MoE run records them), the auxiliary loss (the ep run)
         # against forced balance (random router logits) and none
