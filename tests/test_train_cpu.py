@@ -12,8 +12,11 @@
 import contextlib
 import functools
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -66,9 +69,16 @@ def test_invalid_layout_is_one_json_line():
 
 # -- 2. the training loop ---------------------------------------------------------------------------
 def cpu_train(nproc: int, cfg) -> metrics.Parsed:
-    parsed = metrics.parse_log(_torchrun(nproc, [__file__], cfg))
+    run_dir = tempfile.mkdtemp(prefix="megalab-cpu-train-")   # what the trainer writes (routing.json), not the cwd
+    parsed = metrics.parse_log(_torchrun(nproc, [__file__, "--run-dir", run_dir], cfg))
     assert len(parsed.steps) == cfg.iters and parsed.summary["steps"] == cfg.iters
     assert parsed.budget["params_per_rank"] == theory.params_per_rank(cfg)
+    if cfg.experts:   # every MoE layer routed each step's tokens topk times, summed over the data-parallel ranks
+        with open(os.path.join(run_dir, "routing.json")) as f:
+            counts = json.load(f)["tokens_per_expert"]
+        kept = cfg.iters - metrics.WARMUP_STEPS if cfg.iters > metrics.WARMUP_STEPS else cfg.iters
+        assert [sum(layer) for layer in counts] == [cfg.gbs * cfg.seq * cfg.topk * kept] * cfg.layers
+    shutil.rmtree(run_dir)
     return parsed
 
 
