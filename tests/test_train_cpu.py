@@ -76,7 +76,7 @@ def cpu_train(nproc: int, cfg) -> metrics.Parsed:
     if cfg.experts:   # every MoE layer routed each step's tokens topk times, summed over the data-parallel ranks
         with open(os.path.join(run_dir, "routing.json")) as f:
             counts = json.load(f)["tokens_per_expert"]
-        kept = cfg.iters - metrics.WARMUP_STEPS if cfg.iters > metrics.WARMUP_STEPS else cfg.iters
+        kept = len(metrics.after_warmup(list(range(cfg.iters)), step_of=lambda i: i)[0])   # the steps timings keep
         assert [sum(layer) for layer in counts] == [cfg.gbs * cfg.seq * cfg.topk * kept] * cfg.layers
     shutil.rmtree(run_dir)
     return parsed

@@ -30,7 +30,8 @@ params   every rank, --dry-run only (CPU, gloo: shards are built, nothing is tra
 Warm-up policy (declared here only): the first WARMUP_STEPS steps pay for CUDA context creation,
 NCCL communicator set-up, allocator growth and autotuning, so they are dropped and the median of
 the remaining steps is reported (the median ignores the odd step slowed by a neighbour's job).
-A run with at most WARMUP_STEPS steps keeps its last half instead, and says so in "warmup_policy".
+A run with at most WARMUP_STEPS steps keeps its last half instead, and says so in "warmup_policy"
+(`after_warmup`: the routing counts of an MoE run keep the same steps).
 
 `classify_failure` turns a failed run's log into a status (oom, nccl_error, timeout, failed,
 invalid) and a small error dict {"message", "rank", "detail"}: failures are results, not exceptions.
@@ -112,13 +113,18 @@ def _finite(values) -> list[float]:
     return [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
 
 
+def after_warmup(items: list, step_of=lambda s: s.get("step", 0)) -> tuple[list, str]:
+    """The items the warm-up policy keeps, and the policy's name: those of step WARMUP_STEPS on (by step
+    number: lines can be missing), or the last half when there are too few steps to drop the warm-up."""
+    after = [s for s in items if step_of(s) >= WARMUP_STEPS]
+    if after:
+        return after, f"drop_first_{WARMUP_STEPS}"
+    return items[len(items) // 2:], "last_half"
+
+
 def summarize(steps: list[dict]) -> dict:
     """Median speed after warm-up, peak memory over all steps, first and last loss."""
-    after = [s for s in steps if s.get("step", 0) >= WARMUP_STEPS]  # by step number: lines can be missing
-    if after:
-        kept, policy = after, f"drop_first_{WARMUP_STEPS}"
-    else:
-        kept, policy = steps[len(steps) // 2:], "last_half"  # too few steps to drop the warm-up
+    kept, policy = after_warmup(steps)
     out: dict = {}
     for name in MEDIAN_FIELDS:
         vals = _finite(s.get(name) for s in kept)

@@ -338,8 +338,7 @@ def train(cfg, args, rank: int) -> None:
     if prof is not None:
         prof.stop()
     if routing is not None:
-        from megalab.metrics import WARMUP_STEPS
-        routing.write(args.run_dir or ".", rank, WARMUP_STEPS)
+        routing.write(args.run_dir or ".", rank)
     alloc = all_gather(torch.cuda.max_memory_allocated() / GIB, device)
     reserved = all_gather(torch.cuda.max_memory_reserved() / GIB, device)
     if rank == 0:

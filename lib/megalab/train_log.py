@@ -255,7 +255,7 @@ class RouterCounts:
     """Counts, on the GPU and without a sync, the token copies each router sends to each expert (its
     routing map's column sums), per MoE layer of this rank's model chunks and per step. `write` sums them
     over the data-parallel ranks (each routes its own tokens) and rank 0 writes routing.json: per layer,
-    the tokens per expert over the steps after the warm-up, and per step and layer the busiest expert's
+    the tokens per expert over the steps the timings keep (metrics.after_warmup), and per step and layer the busiest expert's
     load over the mean (1.0 is perfectly balanced)."""
 
     def __init__(self, model, experts: int):
@@ -281,17 +281,18 @@ class RouterCounts:
             self.steps.append(self.now.clone())
             self.now.zero_()
 
-    def write(self, run_dir: str, rank: int, warmup: int) -> None:
+    def write(self, run_dir: str, rank: int) -> None:
         import torch
         from megatron.core import parallel_state as ps
+        from megalab.metrics import after_warmup
         if self.now is None or not self.steps or not len(self.now):  # every rank takes the same branch
             return
         counts = torch.stack(self.steps)  # steps × layers × experts
         torch.distributed.all_reduce(counts, group=ps.get_data_parallel_group(with_context_parallel=True))
         if rank != 0:
             return
-        kept = counts[warmup:] if len(counts) > warmup else counts
+        kept, _ = after_warmup(list(range(len(counts))), step_of=lambda i: i)   # the steps the timings keep
         load = counts.double()
         with open(os.path.join(run_dir, "routing.json"), "w") as f:
-            json.dump({"warmup_steps": warmup, "tokens_per_expert": kept.sum(dim=0).tolist(),
+            json.dump({"warmup_steps": kept[0], "tokens_per_expert": counts[kept].sum(dim=0).tolist(),
                        "max_over_mean": (load.max(dim=2).values / load.mean(dim=2)).tolist()}, f)
