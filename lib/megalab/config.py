@@ -106,6 +106,11 @@ class RunConfig:
         return self.gbs // max(1, self.mbs * self.dp)
 
     @property
+    def recompute_module_names(self) -> tuple[str, ...]:
+        """The modules selective recomputation re-runs: recompute_modules, split at its commas."""
+        return tuple(m for m in self.recompute_modules.split(",") if m)
+
+    @property
     def groups(self) -> int:
         """Effective query groups (key/value heads)."""
         return self.query_groups or self.heads

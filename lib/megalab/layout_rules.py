@@ -14,9 +14,9 @@ import re
 # a run's name goes into its folder (runs/<label>-<time>), an sbatch job name and the records
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
-# GPUs with FP8 tensor cores (compute capability 8.9+): Ada, Hopper, Blackwell
 # MC transformer_config.__post_init__'s allowed recompute_modules (less the MLA and shared-expert ones)
 RECOMPUTE_MODULES = ("core_attn", "mlp", "layernorm", "moe_act", "moe")
+# GPUs with FP8 tensor cores (compute capability 8.9+): Ada, Hopper, Blackwell
 _FP8_GPUS = re.compile(r"\bG?H\d{2,3}\b|\bG?B\d{3}\b|\bL40S?\b|\bL4\b|RTX [45]0\d0|Ada|Hopper|Blackwell")
 
 
@@ -158,7 +158,7 @@ def problems(cfg, gpus_available=None, te_available=None, gpu_name=None) -> list
         if c.tp > 1 and not c.sp:
             add(f"MoE with tp={c.tp} needs sp: pass --sp (and impl te) or set tp=1")
     # MC transformer_config.__post_init__: recompute_modules (selective only), the modules it knows
-    mods = [m for m in c.recompute_modules.split(",") if m]
+    mods = c.recompute_module_names
     if c.recompute_modules != "core_attn" and c.recompute != "selective":
         add(f"recompute_modules={c.recompute_modules} needs recompute selective: pass --recompute selective "
             f"or drop --recompute-modules")

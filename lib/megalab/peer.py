@@ -120,7 +120,7 @@ def args(cfg) -> list[str]:
         out += ["--moe-grouped-gemm", "--moe-permute-fusion", "--moe-router-fusion"] if te else []
         out += ["--moe-router-pre-softmax"] if cfg.topk == 1 else []
     if cfg.recompute == "selective":
-        out += ["--recompute-granularity", "selective", "--recompute-modules", *cfg.recompute_modules.split(",")]
+        out += ["--recompute-granularity", "selective", "--recompute-modules", *cfg.recompute_module_names]
     elif cfg.recompute == "full":
         out += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", 1]
     if cfg.cuda_graphs != "none":  # pretrain_gpt.py turns TE's RNG tracker on itself (arguments.py)

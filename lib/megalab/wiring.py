@@ -37,7 +37,7 @@ def megatron_configs(cfg, dry_run: bool = False):
     bias = theory.has_bias(cfg)  # theory counts parameters with the same rule
     have = lambda mod: importlib.util.find_spec(mod) is not None  # noqa: E731
     recompute = {"none": {}, "selective": dict(recompute_granularity="selective",
-                                               recompute_modules=cfg.recompute_modules.split(",")),
+                                               recompute_modules=list(cfg.recompute_module_names)),
                  "full": dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)}
     model = TransformerConfig(
         num_layers=cfg.layers, hidden_size=cfg.hidden, num_attention_heads=cfg.heads,

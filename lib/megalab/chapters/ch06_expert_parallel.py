@@ -25,7 +25,7 @@ PROFILE_ITERS = 10         # the profiler traces steps 5-7
 MICRO_BATCHES = (1, 2, 4)  # at the same global batch of 4 sequences: 4, 2 and 1 micro-batches per step
 FUSIONS_AT, FUSIONS_COMMIT = TRAINER_CHANGES[0][:2]   # the trainer's MoE fusions (see above)
 RECORDED_EP = (2,)         # GPU counts whose layouts (DP, EP, experts, dispatchers, ETP, routing, parity) are recorded
-RETRY = ("dispatcher_topk", "fit_experts")   # ... less these, queued: both top-2 runs crashed (SIGSEGV at step 7,
+QUEUED = ("dispatcher_topk", "fit_experts")  # ... less these, queued: both top-2 runs crashed (SIGSEGV at step 7,
                                               # session 12); the expert-count fit searches came after
 FIT_ITERS = 5              # a fit probe needs the peak of a step, not a timing
 GPU = "H200"               # the reference records' GPU: the fits probe its memory
@@ -46,7 +46,7 @@ def runs(gpus: int = 2, iters: int = ITERS) -> dict:
     base = _base(iters)
     return {
         # 2.-6. the multi-GPU layouts recorded on two H200s (each timed run alone on the host)
-        "two_gpus": {t: {k: v for k, v in _layouts(base, t).items() if k not in RETRY} for t in RECORDED_EP},
+        "two_gpus": {t: {k: v for k, v in _layouts(base, t).items() if k not in QUEUED} for t in RECORDED_EP},
         # 1. total vs active: the MoE model beside a dense model of equal active size, one GPU
         "dense_equal_active": _dense(base),
         # 3. more experts at the same active compute, one GPU (256: out of memory, recorded)
@@ -99,4 +99,4 @@ def pending(gpus: int = 2, iters: int = ITERS, recorded: bool = False) -> dict:
     if top == 1:
         return {}
     plan = _layouts(_base(iters), top)
-    return plan if recorded or top not in RECORDED_EP else {k: plan[k] for k in RETRY}
+    return plan if recorded or top not in RECORDED_EP else {k: plan[k] for k in QUEUED}

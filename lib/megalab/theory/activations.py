@@ -57,7 +57,7 @@ def activation_terms(cfg, attention: str | None = None, recompute: str | None = 
         mlp = 2 * (1 + glu(cfg)) * cfg.ffn_size / h
     materialized = (attention or attention_kind(cfg)) == "materialized" and recompute != "selective"
     replicated = 10 if cfg.dropout > 0 else 8  # two dropout masks of 1 byte per element, when dropout is on
-    if recompute == "selective" and "mlp" in cfg.recompute_modules.split(",") and not cfg.experts:
+    if recompute == "selective" and "mlp" in cfg.recompute_module_names and not cfg.experts:
         mlp, replicated = 0.0, replicated - 2  # the MLP re-runs from its input, the residual the norms keep
     return {"replicated": replicated * unit / sp, "attention": (4 + 4 * g / a) * unit / t, "mlp": mlp * unit / t,
             "scores": score_bytes * a * s * cfg.seq * b / t if materialized else 0.0}

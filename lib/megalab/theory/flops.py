@@ -39,7 +39,7 @@ def flops_per_step(cfg, recompute: str | None = None, causal: bool = True) -> fl
     if recompute == "full":
         total += tokens * cfg.layers * layer
     elif recompute == "selective":  # cfg.recompute_modules: the core attention, and the dense MLP if named
-        mods = cfg.recompute_modules.split(",")
+        mods = cfg.recompute_module_names
         total += tokens * cfg.layers * (core * ("core_attn" in mods) + mlp * ("mlp" in mods and not cfg.experts))
     elif recompute not in (None, "none"):
         raise ValueError(f"recompute={recompute!r}: use None, 'none', 'selective' or 'full'")

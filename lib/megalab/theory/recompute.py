@@ -25,7 +25,7 @@ def flops_by_kind(cfg, recompute: str = "none", causal: bool = True) -> dict:
     none = flops_per_step(cfg, causal=causal)
     attn_only = cfg.replace(recompute_modules="core_attn")
     core = flops_per_step(attn_only, "selective", causal) - none   # one forward of every layer's core attention
-    again = recompute == "full" or (recompute == "selective" and "core_attn" in cfg.recompute_modules.split(","))
+    again = recompute == "full" or (recompute == "selective" and "core_attn" in cfg.recompute_module_names)
     attention = core * (4 if again else 3)
     return {"gemm": flops_per_step(cfg, recompute, causal) - attention, "attention": attention}
 
