@@ -16,22 +16,24 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 from megalab import theory
 from megalab.config import InvalidLayout
 from megalab.flags import add_config_args, config_from_args, config_to_args
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # pack.py, beside this file
+from pack import _jobs as pack_jobs  # noqa: E402
+
 
 def _jobs(path):
-    """(tag, RunConfig) per job of a plan; `wait` lines and other subcommands' words skipped."""
-    for line in open(path):
-        line = line.split("#", 1)[0].strip()
-        if not line or line == "wait":
+    """(tag, RunConfig) per job of a plan, read by pack.py's own reader; `wait` lines and the subcommand
+    (fit, parity, peer) skipped."""
+    for tag, _, flags in pack_jobs(path):
+        if tag == "wait":
             continue
-        tag, *flags = shlex.split(line)
         while flags and not flags[0].startswith("-"):   # fit, parity, peer
             flags = flags[1:]
         known, _ = add_config_args(argparse.ArgumentParser(allow_abbrev=False)).parse_known_args(flags)  # fit's --hi is not --hidden
