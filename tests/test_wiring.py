@@ -39,3 +39,36 @@ def test_cuda_graphs_map_onto_megatron_and_need_no_capture_step_by_default():
     _, local, _, _ = megatron_configs(c.replace(cuda_graphs="local"), dry_run=True)
     assert (local.cuda_graph_impl, local.cuda_graph_scope, local.use_te_rng_tracker) == ("local", [], True)
     assert graph_capture(c, none, model=None, optimizer=None, ddp_config=None)(3) is None
+
+
+def test_grouped_gemm_with_every_group_empty_skips_the_kernel_and_zeroes_like_te():
+    """TE 2.11's CUTLASS grouped GEMM crashes when no group has work (TE pull request 3037): the guard
+    answers such calls itself, as TE's loop over empty groups would, and passes every other call through."""
+    import torch
+    from megalab import presets
+    from megalab.wiring import guard_empty_grouped_gemm
+
+    calls = []
+    tex = SimpleNamespace(te_general_grouped_gemm=lambda *a: calls.append(a) or "real")
+    moe = presets.get("olmoe-like")
+    guard_empty_grouped_gemm(moe.replace(impl="local"), tex)  # no CUTLASS switch: nothing to guard
+    assert not hasattr(tex.te_general_grouped_gemm, "skips_empty")
+    guard_empty_grouped_gemm(moe, tex)
+    guard_empty_grouped_gemm(moe, tex)  # idempotent: wrapped once
+    gemm = tex.te_general_grouped_gemm
+    empty, x = torch.empty(0, 4), torch.ones(3, 4)
+    # weight gradients of two experts that received no token (not accumulated): zeroed, kernel skipped
+    wgrads, dbias = [torch.ones(4, 4), torch.ones(4, 4)], [torch.ones(4), torch.ones(4)]
+    tail = ([torch.empty(0)], 0, False, False, 0)  # workspace, size, accumulate, split accumulator, SMs
+    out = gemm([empty, empty], True, [empty, empty], False, wgrads, 0, [0, 0], dbias, 0, False,
+               [torch.empty(0)] * 2, True, *tail)
+    assert out is dbias and not calls
+    assert all(float(t.abs().sum()) == 0 for t in wgrads + dbias)
+    # accumulating into main_grad: left as they are
+    main_grads = [torch.ones(4, 4)]
+    gemm([empty], True, [empty], False, main_grads, 0, [0], [torch.empty(0)], 0, False, [torch.empty(0)], True,
+         [torch.empty(0)], 0, True, False, 0)
+    assert float(main_grads[0].sum()) == 16 and not calls
+    # one group with tokens: TE's own kernel runs
+    assert gemm([x, empty], True, [x, empty], False, None, 0, [3, 0], [], 0, False, [], False, *tail) == "real"
+    assert len(calls) == 1

@@ -150,6 +150,35 @@ def patch_moe_router_without_te(cfg) -> None:
             moe_utils.te_general_gemm = None
 
 
+
+def guard_empty_grouped_gemm(cfg, tex=None) -> None:
+    """Transformer Engine 2.11 bug (TE pull request 3037): with NVTE_USE_CUTLASS_GROUPED_GEMM=1 a grouped GEMM
+    whose groups are all empty reaches CUTLASS with zero GEMMs and kills the process (SIGSEGV). MoE routing
+    makes such calls: a micro-batch that sends no token to any of this rank's experts (both top-2 EP 2 runs
+    of chapter 06, session 12, at step 7). The call has nothing to multiply: do what TE does for each empty
+    group (zero the outputs it does not accumulate into, the bias gradients, the GELU inputs) and skip it."""
+    if not environment(cfg).get("NVTE_USE_CUTLASS_GROUPED_GEMM"):
+        return
+    if tex is None:
+        import transformer_engine_torch as tex
+    real = tex.te_general_grouped_gemm
+    if getattr(real, "skips_empty", False):
+        return
+
+    def grouped_gemm(A, transa, B, transb, D, D_type, m_splits, bias, bias_type, single_output, pre_gelu_out,
+                     grad, workspace, workspace_size, accumulate, *rest):
+        if any(a.numel() and b.numel() for a, b in zip(A, B)):
+            return real(A, transa, B, transb, D, D_type, m_splits, bias, bias_type, single_output,
+                        pre_gelu_out, grad, workspace, workspace_size, accumulate, *rest)
+        outputs = [] if single_output or D is None or accumulate else D
+        for t in [*outputs, *(bias if grad else []), *pre_gelu_out]:
+            if t.numel():
+                t.zero_()
+        return bias
+
+    grouped_gemm.skips_empty = True
+    tex.te_general_grouped_gemm = grouped_gemm
+
 # -- training state: Megatron-LM's setup_model_and_optimizer and train() wiring -------------------
 def build_training(cfg, chunks, config, ddp_config, optim_config, device):
     """Float16Module -> DistributedDataParallel per chunk, get_megatron_optimizer, warm-up + cosine LR."""
