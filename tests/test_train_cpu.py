@@ -30,6 +30,7 @@ TINY = RunConfig(name="tiny", layers=4, hidden=128, heads=4, vocab=1024, seq=64,
 LLAMA = TINY.replace(activation="swiglu", norm="RMSNorm", position="rope", query_groups=2)
 LOOP = LLAMA.replace(hidden=64, seq=32, gbs=4, mbs=1, iters=3)
 MOE = LOOP.replace(experts=4, topk=2, moe_dispatcher="allgather")  # gloo has no uneven all-to-all
+GPT2 = TINY.replace(hidden=64, seq=32, gbs=2, mbs=1, iters=2)  # biases, GELU, LayerNorm, learned positions
 TOL = dict(rel=2e-3)  # bf16 GEMMs split differently per layout; Adam amplifies it at high lr
 
 
@@ -105,6 +106,15 @@ def test_layouts_train_like_one_gpu(model, layout, one_gpu):
     step = run.steps[-1]
     assert step["step_time_s"] > 0 and step["tokens_per_s"] == pytest.approx(cfg.gbs * cfg.seq / step["step_time_s"])
     assert len(run.summary["mem_allocated_peak_gib_per_rank"]) == cfg.gpus
+
+
+def test_mlp_recompute_of_a_model_with_biases_trains_like_no_recompute():
+    """megatron-core 0.16.1's MLP returns its fc2 bias parameter: under recompute_modules=mlp the backward
+    re-entered its own checkpoint without end (wiring.copy_mlp_bias_under_recompute); now the same steps."""
+    ref = cpu_train(1, GPT2)
+    run = cpu_train(1, GPT2.replace(recompute="selective", recompute_modules="mlp"))
+    assert curve(run, "loss") == pytest.approx(curve(ref, "loss"), rel=1e-6)
+    assert curve(run, "grad_norm") == pytest.approx(curve(ref, "grad_norm"), rel=1e-6)
 
 
 def test_first_loss_is_ln_vocab(one_gpu):

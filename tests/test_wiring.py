@@ -72,3 +72,26 @@ def test_grouped_gemm_with_every_group_empty_skips_the_kernel_and_zeroes_like_te
     # one group with tokens: TE's own kernel runs
     assert gemm([x, empty], True, [x, empty], False, None, 0, [3, 0], [], 0, False, [], False, *tail) == "real"
     assert len(calls) == 1
+
+
+def test_fused_unpermute_of_no_token_gives_the_zeros_the_unfused_path_gives(monkeypatch):
+    """TE 2.11's fused unpermute returns an empty tensor for zero tokens (the allgather dispatcher then fails
+    on a rank whose experts got none): the guard answers with restore_shape's zeros, tied to the graph."""
+    import torch
+    from megatron.core.transformer.moe import token_dispatcher
+    from megalab import presets
+    from megalab.wiring import guard_empty_unpermute
+
+    monkeypatch.setattr(token_dispatcher, "unpermute", token_dispatcher.unpermute)   # restored after the test
+    guard_empty_unpermute(presets.get("olmoe-like"))
+    guard_empty_unpermute(presets.get("olmoe-like"))   # wrapped once
+    unpermute = token_dispatcher.unpermute
+    assert unpermute.empty_ok
+    empty = torch.empty(0, 8, requires_grad=True)
+    out = unpermute(empty, torch.empty(0, dtype=torch.long), torch.Size([5, 8]), fused=True)
+    assert out.shape == (5, 8) and not out.any()
+    out.sum().backward()
+    assert empty.grad is not None and empty.grad.shape == (0, 8)
+    # tokens present (and the unfused path): Megatron's own unpermute, unchanged
+    tokens, order = torch.arange(6.0).view(3, 2), torch.tensor([2, 0, 1])
+    assert torch.equal(unpermute(tokens, order, torch.Size([3, 2])), tokens[[1, 2, 0]])

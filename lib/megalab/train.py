@@ -53,8 +53,9 @@ from megalab.train_log import (CHUNKS, CLOCK, GIB, SCHEDULE_STEP, RouterCounts, 
                                write_schedule)
 from megalab.weights import init_layout_invariant
 # train() calls build_training by this module's name: tools/gpu/spikes.py swaps in a probing one
-from megalab.wiring import (build_training, environment, graph_capture, guard_empty_grouped_gemm,
-                            megatron_configs, patch_moe_router_without_te, wire_schedule, with_wgrad_fusion)
+from megalab.wiring import (build_training, copy_mlp_bias_under_recompute, environment, graph_capture,
+                            guard_empty_grouped_gemm, guard_empty_unpermute, megatron_configs,
+                            patch_moe_router_without_te, wire_schedule, with_wgrad_fusion)
 
 _T0 = time.time()  # start-up clock (torch and Megatron load later); $MEGALAB_LAUNCH_T wins if set
 _LAUNCH = float(os.environ.get("MEGALAB_LAUNCH_T", _T0))
@@ -258,8 +259,10 @@ def train(cfg, args, rank: int) -> None:
     device = initialize_distributed(cfg, parallel, args.dry_run)
     startup["process_groups"] = since_launch()
     patch_moe_router_without_te(cfg)
+    copy_mlp_bias_under_recompute(cfg)
     if not args.dry_run:
         guard_empty_grouped_gemm(cfg)
+        guard_empty_unpermute(cfg)
     chunks = with_wgrad_fusion(config, lambda: build_chunks(cfg, config, args.dry_run))
     n_params = sum(p.numel() for c in chunks for p in c.parameters())
     per_rank = [int(n) for n in all_gather(n_params, device, "int64")]

@@ -151,6 +151,28 @@ def patch_moe_router_without_te(cfg) -> None:
 
 
 
+def copy_mlp_bias_under_recompute(cfg) -> None:
+    """megatron-core 0.16.1 bug: Megatron's MLP returns its fc2 bias *parameter* (added later, fused with
+    dropout). Under recompute_modules=mlp that parameter leaves the CheckpointFunction as one of its outputs,
+    autograd routes the parameter's gradient back into the checkpoint node, and each backward re-runs the
+    node inside itself without end: nested recomputes until memory is gone (131 GiB at the first step of a
+    4-layer gpt-1.2b, session 12; a 2-layer CPU run nests deeper every second). Models without biases (the
+    Llama-style presets) are not affected. Return a copy of the bias, made inside the checkpoint: the same
+    values, and its gradient reaches the parameter through the recomputed forward."""
+    if cfg.recompute != "selective" or "mlp" not in cfg.recompute_module_names:
+        return
+    from megatron.core.transformer.mlp import MLP
+    forward = MLP.forward
+    if getattr(forward, "copies_bias", False):
+        return
+
+    def mlp_forward(self, *args, **kwargs):
+        out, bias = forward(self, *args, **kwargs)
+        return out, None if bias is None else bias.clone()
+
+    mlp_forward.copies_bias = True
+    MLP.forward = mlp_forward
+
 def guard_empty_grouped_gemm(cfg, tex=None) -> None:
     """Transformer Engine 2.11 bug (TE pull request 3037): with NVTE_USE_CUTLASS_GROUPED_GEMM=1 a grouped GEMM
     whose groups are all empty reaches CUTLASS with zero GEMMs and kills the process (SIGSEGV). MoE routing
@@ -178,6 +200,28 @@ def guard_empty_grouped_gemm(cfg, tex=None) -> None:
 
     grouped_gemm.skips_empty = True
     tex.te_general_grouped_gemm = grouped_gemm
+
+
+def guard_empty_unpermute(cfg) -> None:
+    """Transformer Engine 2.11's fused unpermute (Megatron's moe_permute_fusion) answers zero permuted tokens
+    with an empty tensor, where Megatron's unfused path returns restore_shape's zeros: the allgather
+    dispatcher's reduce-scatter then fails on a rank whose experts received no token ("shape '[4096, 1,
+    1024]' is invalid for input of size 0": the top-2 EP 2 allgather run, session 13). Answer those calls
+    with the zeros, still tied to the (empty) expert outputs so their backward runs as it does for a token."""
+    if not (cfg.experts and cfg.impl == "te"):
+        return
+    from megatron.core.transformer.moe import token_dispatcher
+    real = token_dispatcher.unpermute
+    if getattr(real, "empty_ok", False):
+        return
+
+    def unpermute(permuted_tokens, sorted_indices, restore_shape, *args, fused=False, **kwargs):
+        if fused and permuted_tokens.numel() == 0:
+            return permuted_tokens.new_zeros(restore_shape) + permuted_tokens.sum()
+        return real(permuted_tokens, sorted_indices, restore_shape, *args, fused=fused, **kwargs)
+
+    unpermute.empty_ok = True
+    token_dispatcher.unpermute = unpermute
 
 # -- training state: Megatron-LM's setup_model_and_optimizer and train() wiring -------------------
 def build_training(cfg, chunks, config, ddp_config, optim_config, device):
