@@ -20,7 +20,9 @@ COMM = ("p2p", "all_gather", "a2a")              # a2a+p2p needs cp >= 4 (a2a in
 BASE_SEQ = 8192                                  # weak scaling: seq = cp x BASE_SEQ
 LONG_SEQ = 4 * BASE_SEQ                          # strong scaling, the comm sweep's end, CP against recompute
 FIT_ITERS = 5                                    # a fit probe needs the peak of a step, not a timing
-RECORDED_CP = (2,)                               # CP degrees whose runs are recorded (2x H200)
+RECORDED_CP = (2, 4)                             # CP degrees whose runs are recorded (2x and 4x H200)
+HIERARCHICAL = "a2a+p2p"                         # CP >= 4 only; queued at the recorded degrees (RECORDED_HIERARCHICAL)
+RECORDED_HIERARCHICAL = ()                       # CP degrees whose a2a+p2p runs are recorded
 PROFILED_COMM = ("p2p", "all_gather", "a2a")     # comm types whose profiled step is recorded at those degrees
 
 
@@ -90,7 +92,8 @@ def runs(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
 def pending(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
     """Runs with cp > 1 at the degrees not recorded yet, queued for the next version, and at the largest
     recorded degree the profiled steps of the comm types not in PROFILED_COMM (none now: all three are
-    recorded at CP 2); {} when nothing is queued. Their cp = 1 points and the recorded runs are in `runs`."""
+    recorded at CP 2 and 4), and at CP >= 4 the hierarchical a2a+p2p; {} when nothing is queued. Their cp = 1
+    points and the recorded runs are in `runs`."""
     base = _base(iters)
     cps = [c for c in degrees(gpus)[1:] if c not in RECORDED_CP]
     out = _cp_runs(base, cps, gpu) if cps else {}
@@ -98,4 +101,8 @@ def pending(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
     later = [_profiled(base, done[-1], kind) for kind in COMM if kind not in PROFILED_COMM] if done else []
     if later:
         out["profile"] = later + out.get("profile", [])
+    top = degrees(gpus)[-1]
+    if top >= 4 and top not in RECORDED_HIERARCHICAL:   # a2a inside pairs, p2p between them, at three lengths
+        out.setdefault("comm", {})[HIERARCHICAL] = [base.replace(gpus=top, cp=top, cp_comm=HIERARCHICAL, seq=s)
+                                                    for s in (BASE_SEQ, 2 * BASE_SEQ, LONG_SEQ)]
     return out
