@@ -4,7 +4,8 @@ not recorded yet."""
 import pytest
 
 from megalab import chapters, recording, specs
-from megalab.chapters.ch04_context_parallel import PROFILED_COMM, RECORDED_CP
+from megalab.chapters.ch04_context_parallel import (HIERARCHICAL, PROFILED_COMM, RECORDED_CP,
+                                                   RECORDED_HIERARCHICAL)
 from megalab.config import RunConfig
 from megalab.specs import Fit, Parity, Profiled
 
@@ -48,6 +49,13 @@ def test_every_profiled_cp2_step_keeps_each_ranks_times():
         assert len(prof["schedule"]["rank_seconds"]) == 2 and all(t["F"] > 0 and t["B"] > 0 for t in prof["schedule"]["rank_seconds"])
 
 
+def test_every_profiled_cp4_step_keeps_all_four_ranks():
+    for p in chapters.runs("ch04", 4)["profile"]:
+        prof = p.run("cached", quiet=True).record["profile"]
+        assert p.cfg.cp == 4 and set(prof["ranks"]) == {"0", "1", "2", "3"}
+        assert all(r["attention"] > 0 for r in prof["ranks"].values())
+
+
 @pytest.mark.parametrize("gpus", [1, 2, 4, 8])
 def test_runs_ask_only_for_recorded_cp_and_pending_keeps_the_rest(gpus):
     recorded = {_cfg(i).key for i in specs.items(chapters.runs("ch04", gpus))}
@@ -57,7 +65,8 @@ def test_runs_ask_only_for_recorded_cp_and_pending_keeps_the_rest(gpus):
         cfg = _cfg(item)
         cfg.validate()
         queued_profile = isinstance(item, Profiled) and cfg.cp_comm not in PROFILED_COMM
-        assert cfg.cp > 1 and (cfg.cp not in RECORDED_CP or queued_profile) and cfg.gpus <= gpus
+        queued_hierarchical = cfg.cp_comm == HIERARCHICAL and cfg.cp not in RECORDED_HIERARCHICAL
+        assert cfg.cp > 1 and (cfg.cp not in RECORDED_CP or queued_profile or queued_hierarchical) and cfg.gpus <= gpus
         assert cfg.key not in recorded
 
 

@@ -1,6 +1,7 @@
 """Chapter 06's runs: the recorded ones keep their keys and are answered; the trainer's change is reachable."""
 import pytest
 
+import megalab
 from megalab import chapters, profiles, recording, specs
 from megalab.chapters.ch06_expert_parallel import FUSIONS_AT
 from megalab.config import RunConfig
@@ -12,7 +13,9 @@ RECORDED = {"5404654363680c5c", "3b546200a489c8ab", "853fb2d327a48cde", "51de521
             # two GPUs (session 12): DP, DP + ZeRO, EP, expert counts, dispatchers, ETP, profile, routing, parity
             "2532ac06eeea43d2", "3043c0689cec52bc", "3192cefec48c4f15", "553c2644377849bf", "5ff187f60cb42406",
             "6d953af9b783c979", "6e206ba3b25c6807", "8199203668e1cf30", "8afc6f196556ce45", "a642c90d799574ae",
-            "af133b1118ed4547", "b174b0c45070d93c", "bfa166a485260bd9", "f518d9ff15d71223", "fadb2cabcc9fe713"}
+            "af133b1118ed4547", "b174b0c45070d93c", "bfa166a485260bd9", "f518d9ff15d71223", "fadb2cabcc9fe713",
+            # two GPUs (session 13): top-2 alltoall; the expert-count fit searches, EP and DP + ZeRO
+            "3ae12886aab0857f", "8ed85accc3ed444d", "d858ebce25a67eb9"}
 
 
 def _cfg(item) -> RunConfig:
@@ -51,14 +54,18 @@ def test_the_older_trainer_is_reachable():
         profiles.made_before(moe, FUSIONS_AT, profiled=True)["profile"])["kernels"]
 
 
-def test_the_crashed_top2_runs_are_queued_again():
-    """Both top-2 runs failed (SIGSEGV, session 12): not read as answers at two GPUs, queued for a retry, with
-    the expert-count fit searches (steps of 8 experts per EP rank)."""
+def test_the_failed_top2_allgather_run_stays_queued_and_the_rest_is_recorded():
+    """The top-2 allgather run failed (TE's fused unpermute of zero tokens, session 13): not read as an
+    answer at two GPUs, queued for a retry; the top-2 alltoall run and the expert-count fit searches (steps of
+    8 experts per EP rank) are recorded and read."""
     from megalab.chapters.ch06_expert_parallel import pending
     retry = pending(2)
-    assert set(retry) == {"dispatcher_topk", "fit_experts"} and {c.topk for c in retry["dispatcher_topk"]} == {2}
-    ep, zo = retry["fit_experts"]["EP"], retry["fit_experts"]["DP + dist. optimizer"]
+    assert set(retry) == {"dispatcher_topk"} and set(retry["dispatcher_topk"]) == {"allgather"}
+    two = chapters.runs("ch06", 2)["two_gpus"][2]
+    assert set(two["dispatcher_topk"]) == {"alltoall"} and two["dispatcher_topk"]["alltoall"].topk == 2
+    assert megalab.run(two["dispatcher_topk"]["alltoall"], "cached", quiet=True).status == "ok"
+    ep, zo = two["fit_experts"]["EP"], two["fit_experts"]["DP + dist. optimizer"]
     assert (ep.vary, ep.step, ep.cfg.ep, zo.step, zo.cfg.dist_opt) == ("experts", 16, 2, 8, True)
     assert ep.window[0] <= ep.predicted <= ep.window[1] and ep.predicted % 16 == 0
-    assert set(pending(2, recorded=True)) >= {"dp", "ep", "routing", "parity", "dispatcher_topk"}
-    assert "dispatcher_topk" not in chapters.runs("ch06", 2)["two_gpus"][2]
+    assert (ep.run("cached", quiet=True).largest, zo.run("cached", quiet=True).largest) == (288, 224)
+    assert set(pending(2, recorded=True)) >= {"dp", "ep", "routing", "parity", "dispatcher_topk", "fit_experts"}
