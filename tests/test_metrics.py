@@ -1,7 +1,7 @@
 """metrics.py: the trainer's JSON lines, the warm-up policy, and failure classification.
 
 Runs over every log in tests/data: hand-made fixtures (handmade_*.txt) now, real logs captured on
-the GPU host (log_ok.txt, log_oom.txt, log_nccl_timeout.txt) -- the same assertions apply.
+the GPU host (log_ok.txt, log_oom*.txt, log_nccl_timeout.txt) -- the same assertions apply.
 """
 
 import json
@@ -178,6 +178,14 @@ def test_structured_oom_line():
     assert len(metrics.parse_log(log).errors) == 1
     status, error = metrics.classify_failure(log, 1, False)
     assert status == "oom" and error["rank"] == 2 and error["alloc_gib"] == 3.5 and error["detail"] == msg
+
+
+def test_an_oom_record_keeps_where_it_ran_out():
+    """A real log (session 13): megatron-core's MLP checkpoint re-entering its own backward without end; the
+    trainer's innermost frames say so, and the record keeps them."""
+    status, error = metrics.classify_failure((DATA / "log_oom_mlp_recompute.txt").read_text(), 1, False)
+    assert status == "oom" and error["alloc_gib"] == pytest.approx(0.047)
+    assert any("tensor_parallel/random.py" in frame and "backward" in frame for frame in error["where"])
 
 
 def test_structured_invalid_line_keeps_every_reason():

@@ -219,7 +219,8 @@ def _reported(e: dict) -> dict:
         if rank is None and (m := _GPU.search(text)):
             rank = int(m.group(1))
         message, alloc = _oom_message(rank, text)
-        return {"message": message, "rank": rank, "alloc_gib": alloc, "detail": text}
+        where = {"where": e["where"]} if e.get("where") else {}   # the innermost frames, where the trainer gives them
+        return {"message": message, "rank": rank, "alloc_gib": alloc, "detail": text, **where}
     return {"message": text.splitlines()[0] if text else e.get("status"), "rank": rank, "detail": text}
 
 
