@@ -150,7 +150,6 @@ def patch_moe_router_without_te(cfg) -> None:
             moe_utils.te_general_gemm = None
 
 
-
 def copy_mlp_bias_under_recompute(cfg) -> None:
     """megatron-core 0.16.1 bug: Megatron's MLP returns its fc2 bias *parameter* (added later, fused with
     dropout). Under recompute_modules=mlp that parameter leaves the CheckpointFunction as one of its outputs,
@@ -172,6 +171,7 @@ def copy_mlp_bias_under_recompute(cfg) -> None:
 
     mlp_forward.copies_bias = True
     MLP.forward = mlp_forward
+
 
 def guard_empty_grouped_gemm(cfg, tex=None) -> None:
     """Transformer Engine 2.11 bug (TE pull request 3037): with NVTE_USE_CUTLASS_GROUPED_GEMM=1 a grouped GEMM
@@ -222,6 +222,7 @@ def guard_empty_unpermute(cfg) -> None:
 
     unpermute.empty_ok = True
     token_dispatcher.unpermute = unpermute
+
 
 # -- training state: Megatron-LM's setup_model_and_optimizer and train() wiring -------------------
 def build_training(cfg, chunks, config, ddp_config, optim_config, device):

@@ -19,6 +19,7 @@ SEQS = (2048, 4096, 8192, 16384, 32768, 65536)   # one GPU, up to the out-of-mem
 COMM = ("p2p", "all_gather", "a2a")              # a2a+p2p needs cp >= 4 (a2a inside pairs, p2p between)
 BASE_SEQ = 8192                                  # weak scaling: seq = cp x BASE_SEQ
 LONG_SEQ = 4 * BASE_SEQ                          # strong scaling, the comm sweep's end, CP against recompute
+COMM_SEQS = (BASE_SEQ, 2 * BASE_SEQ, LONG_SEQ)   # the lengths of each comm type's runs
 FIT_ITERS = 5                                    # a fit probe needs the peak of a step, not a timing
 RECORDED_CP = (2, 4)                             # CP degrees whose runs are recorded (2x and 4x H200)
 HIERARCHICAL = "a2a+p2p"                         # CP >= 4 only; queued at the recorded degrees (RECORDED_HIERARCHICAL)
@@ -53,7 +54,6 @@ def _cp_runs(base, cps: list[int], gpu: str, profiled=COMM) -> dict:
     16k parity): fit, strong and weak scaling, the comm types at three lengths, a profiled step of each of
     `profiled`."""
     top = cps[-1] if cps else 1
-    comm_seqs = (BASE_SEQ, 2 * BASE_SEQ, LONG_SEQ)
     return {
         # 2. the longest sequence per CP degree (H200)
         "fit_seq": {cp: _fit_seq(base, cp, gpu) for cp in cps},
@@ -61,7 +61,7 @@ def _cp_runs(base, cps: list[int], gpu: str, profiled=COMM) -> dict:
         "strong": [base.replace(gpus=cp, cp=cp, seq=LONG_SEQ) for cp in cps],
         "weak": [base.replace(gpus=cp, cp=cp, seq=BASE_SEQ * cp) for cp in cps],
         # 4. the communication types across sequence lengths, and one profiled step of each (5: per-rank times)
-        "comm": {kind: [base.replace(gpus=top, cp=top, cp_comm=kind, seq=s) for s in comm_seqs]
+        "comm": {kind: [base.replace(gpus=top, cp=top, cp_comm=kind, seq=s) for s in COMM_SEQS]
                  for kind in COMM} if top > 1 else {},
         "profile": [_profiled(base, top, kind) for kind in profiled] if top > 1 else [],
         # 6. still correct at a longer sequence, on the GPUs at hand
@@ -104,5 +104,5 @@ def pending(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
     top = degrees(gpus)[-1]
     if top >= 4 and top not in RECORDED_HIERARCHICAL:   # a2a inside pairs, p2p between them, at three lengths
         out.setdefault("comm", {})[HIERARCHICAL] = [base.replace(gpus=top, cp=top, cp_comm=HIERARCHICAL, seq=s)
-                                                    for s in (BASE_SEQ, 2 * BASE_SEQ, LONG_SEQ)]
+                                                    for s in COMM_SEQS]
     return out
