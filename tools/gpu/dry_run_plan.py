@@ -31,7 +31,7 @@ from pack import _jobs as pack_jobs  # noqa: E402
 def _jobs(path):
     """(tag, RunConfig) per job of a plan, read by pack.py's own reader; `wait` lines and the subcommand
     (fit, parity, peer) skipped."""
-    for tag, _, flags in pack_jobs(path):
+    for _, tag, _, flags in pack_jobs(path):
         if tag == "wait":
             continue
         while flags and not flags[0].startswith("-"):   # fit, parity, peer

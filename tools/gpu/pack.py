@@ -12,6 +12,8 @@ Each job asks for cfg.gpus GPUs; jobs are started greedily, each with its own CU
 so four 1-GPU jobs or two 2-GPU jobs share the host. Records get the plan's tag plus "packed" when the
 job shared the host with another one: timings that a chapter quotes come from `--serial` plans.
 Every outcome (ok, oom, failed, ...) is a record; the pack never stops on a failed job.
+With --resume, a plan run again on the same host (chained calls) skips the lines that ended on their own
+in an earlier call (ok or not); a line cut off by --hard-end or never started runs again.
 """
 from __future__ import annotations
 
@@ -23,18 +25,39 @@ import sys
 import time
 
 
-def _jobs(path):
-    for line in open(path):
+PROGRESS = "/tmp/megalab-plan-done"  # survives between chained calls on one host, not onto a new one
+
+
+def _jobs(path, done=frozenset()):
+    """(line number, tag, GPUs, flags) of each job, less the line numbers in done."""
+    for number, line in enumerate(open(path), 1):
         line = line.split("#", 1)[0].strip()
-        if line:
+        if line and number not in done:
             if line == "wait":
-                yield "wait", 0, []
+                yield number, "wait", 0, []
                 continue
             tag, *flags = shlex.split(line)
             gpus = 1
             if "--gpus" in flags:
                 gpus = int(flags[flags.index("--gpus") + 1])
-            yield tag, gpus, flags
+            yield number, tag, gpus, flags
+
+
+def progress_file(plan: str) -> str:
+    return os.path.join(PROGRESS, os.path.basename(plan) + ".done")
+
+
+def read_done(plan: str) -> set[int]:
+    try:
+        return {int(n) for n in open(progress_file(plan)).read().split()}
+    except FileNotFoundError:
+        return set()
+
+
+def mark_done(plan: str, number: int) -> None:
+    os.makedirs(PROGRESS, exist_ok=True)
+    with open(progress_file(plan), "a") as f:
+        f.write(f"{number}\n")
 
 
 def main(argv=None) -> int:
@@ -46,6 +69,7 @@ def main(argv=None) -> int:
     p.add_argument("--deadline", type=float, help="start no job after this many seconds")
     p.add_argument("--hard-end", type=float, help="no run may last past this many seconds: each job's --timeout "
                    "is cut to the time left (set it under the call's limit, so the tarball is still written)")
+    p.add_argument("--resume", action="store_true", help="skip the lines an earlier call on this host finished")
     args = p.parse_args(argv)
     if args.gpus is None:
         try:
@@ -53,16 +77,21 @@ def main(argv=None) -> int:
         except OSError:  # no driver tools on this machine
             smi = ""
         args.gpus = len(smi.splitlines()) or 4
-    todo = list(_jobs(args.plan))
+    done = read_done(args.plan) if args.resume else set()
+    if not args.resume and os.path.exists(progress_file(args.plan)):
+        os.remove(progress_file(args.plan))
+    todo = list(_jobs(args.plan, done))
+    if done:
+        print(f"resume: {len(done)} line(s) of {args.plan} already finished on this host", flush=True)
     free = list(range(args.gpus))
-    running: list[tuple] = []  # (process, its GPUs, what, start time, solo)
+    running: list[tuple] = []  # (process, its GPUs, what, start time, solo, line number, its timeout)
     start = time.time()
     while todo or running:
         if args.deadline and todo and time.time() - start > args.deadline:
             print(f"deadline: {len(todo)} job(s) not started", flush=True)
             todo = []
         for job in list(todo):
-            tag, gpus, flags = job
+            number, tag, gpus, flags = job
             if tag == "wait":
                 if not running:
                     todo.remove(job)
@@ -90,15 +119,17 @@ def main(argv=None) -> int:
                 env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(map(str, mine))}
                 log = open(f"/tmp/pack-{len(running)}-{int(time.time()*1000)}.log", "w")
                 proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
-                running.append((proc, mine, " ".join(flags), time.time(), solo))
+                running.append((proc, mine, " ".join(flags), time.time(), solo, number, timeout))
                 todo.remove(job)
                 print(f"[{time.time()-start:6.1f}s] start {tag} on GPUs {mine}: {' '.join(flags)}", flush=True)
         time.sleep(0.5)
         for item in list(running):
-            proc, mine, what, t0, _ = item
+            proc, mine, what, t0, _, number, timeout = item
             if proc.poll() is not None:
                 running.remove(item)
                 free = sorted(free + mine)
+                if timeout == args.timeout or time.time() - t0 < timeout - 5:  # not cut off by --hard-end
+                    mark_done(args.plan, number)
                 print(f"[{time.time()-start:6.1f}s] done rc={proc.returncode} in {time.time()-t0:.0f}s: {what}",
                       flush=True)
     print(f"plan {args.plan} finished in {time.time()-start:.0f}s", flush=True)
