@@ -57,3 +57,14 @@ def test_frontier_readers_own_choices_apart():
     assert list(fig.data[3].y) == pytest.approx([1.76, 1.43, 1.155, 1.1])
     same = charts.frontier(_recompute().assign(source="reference"), "mem_peak_gib", "step_time_s", "recompute")
     assert [t.name for t in same.data] == ["choices", "Pareto frontier"]
+
+
+def test_ratio_bars_mark_the_bars_above_one_and_draw_the_spread():
+    df = pd.DataFrame({"config": ["tp2", "cp2"], "ratio": [0.81, 1.12], "ratio_lo": [0.7, 1.0], "ratio_hi": [0.9, 1.2]})
+    fig = charts.ratio_bars(df, "config", title="ours / peer")
+    bar = fig.data[0]
+    assert isinstance(bar, go.Bar) and list(bar.y) == [0.81, 1.12]
+    assert bar.marker.color[0] != bar.marker.color[1] and bar.marker.color[1] == charts.PALETTE[1]
+    assert [round(v, 2) for v in bar.error_y.array] == [0.09, 0.08]
+    assert [round(v, 2) for v in bar.error_y.arrayminus] == [0.11, 0.12]
+    assert fig.layout.shapes[0].y0 == 1

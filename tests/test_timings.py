@@ -22,3 +22,34 @@ def test_repeats_group_by_configuration_and_trainer(tmp_path):
     assert [r["id"] for _, r in timings.timed(store, "H200").values()] == [after["id"]]
     assert {rev: [r["id"] for r in v] for rev, v in timings.by_trainer(store, CFG.replace(iters=99), "H200").items()} == \
         {0: [before[0]["id"], before[1]["id"]], 1: [after["id"]]}
+
+
+def _timed(cfg, times, gpu="NVIDIA H100 80GB HBM3", tags=("side",)):
+    """A record of cfg whose steps took `times` (s), median after warm-up in its summary."""
+    import statistics
+    rec = _record(cfg, gpu=gpu, tags=list(tags))
+    rec["series"]["step_time_s"] = list(times)
+    rec["summary"]["step_time_s"] = statistics.median(times[3:])
+    return rec
+
+
+def test_side_by_side_pairs_each_configuration_with_its_peer_run(tmp_path):
+    """One row per configuration: each side's median (over its runs), the step quartiles of its middle run,
+    ours / peer with its spread; other GPU models, widths and untagged runs stay out; a side with no
+    counterpart is dropped; no side-by-side record at all is an error that says how to record one."""
+    import pytest
+    store, peer = Store(tmp_path), CFG.replace(runner="megatron-lm", init="megatron")
+    for rec in (_timed(CFG, [9, 9, 9, 0.40, 0.44, 0.48, 0.52]), _timed(CFG, [9, 9, 9, 0.47, 0.48, 0.49]), _timed(CFG, [9, 9, 9, 0.50, 0.50]),
+                _timed(peer, [9, 9, 9, 0.50, 0.50, 0.50, 0.50]), _timed(CFG, [1.0] * 8, gpu="NVIDIA H200"),
+                _timed(CFG, [1.0] * 8, tags=("t",)), _timed(CFG.replace(hidden=512), [1.0] * 8)):
+        store.append(rec)
+    df = timings.side_by_side(store, "H100", 2)
+    assert list(df.index) == [CFG.label]
+    row = df.loc[CFG.label]
+    assert row["ours_runs"] == 3 and row["peer_runs"] == 1 and row["cfg"].key == CFG.key
+    assert abs(row["ours_ms"] - 480) < 1e-6 and abs(row["peer_ms"] - 500) < 1e-6
+    assert abs(row["ratio"] - 0.96) < 1e-9 and row["ratio_lo"] < row["ratio"] < row["ratio_hi"]
+    assert abs(row["ours_q1"] - 475) < 1e-6 and abs(row["ours_q3"] - 485) < 1e-6  # the middle run's steps
+    assert abs(row["ratio_lo"] - 0.95) < 1e-9 and abs(row["ratio_hi"] - 0.97) < 1e-9
+    with pytest.raises(LookupError, match="peer-1gpu.txt"):
+        timings.side_by_side(store, "H100", 1)

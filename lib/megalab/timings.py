@@ -4,6 +4,7 @@ the trainer that made them (records.TRAINER_CHANGES).
     timings.timed(store, "H200")            # loose key -> (RunConfig, record): the newest clean timing of each
     timings.repeats(store, "H200")          # (loose key, trainer revision) -> [(RunConfig, record), ...]
     timings.by_trainer(store, cfg, "H200")  # trainer revision -> cfg's clean timings
+    timings.side_by_side(store, "H100", 2)  # our trainer against the peer, timed alternately on one host
 
 A clean timing is an ok run on that GPU model, not retracted (errata), not profiled (slower steps), not
 packed beside other jobs on its host, with a config that loads. What the layout search marks as measured,
@@ -13,7 +14,7 @@ is a Store, a folder, or None for the default results store.
 
 from __future__ import annotations
 
-__all__ = ["loose_key", "timed", "repeats", "by_trainer"]
+__all__ = ["loose_key", "timed", "repeats", "by_trainer", "side_by_side"]
 
 
 def loose_key(cfg) -> str:
@@ -63,3 +64,45 @@ def by_trainer(store, cfg, gpu_model: str) -> dict:
     """Trainer revision -> clean timings of cfg (iterations and seed aside) on gpu_model, oldest first: one
     configuration before and after a change of the trainer."""
     return {rev: [r for _, r in v] for (key, rev), v in repeats(store, gpu_model).items() if key == loose_key(cfg)}
+
+
+def _step_quartiles(record) -> tuple[float, float]:
+    """First and third quartile (ms) of a record's step times after warm-up (metrics' policy)."""
+    import numpy as np
+    from megalab.metrics import after_warmup
+    times = (record.get("series") or {}).get("step_time_s") or []
+    kept, _ = after_warmup(list(enumerate(times)), step_of=lambda s: s[0])
+    q1, q3 = np.percentile([t for _, t in kept], [25, 75])
+    return 1e3 * float(q1), 1e3 * float(q3)
+
+
+def side_by_side(store, gpu_model: str, gpus: int):
+    """Our trainer against the peer (Megatron-LM's pretrain_gpt.py, megalab.peer) on `gpus` GPUs of one host,
+    timed alternately (records tagged `side`): a DataFrame, one row per configuration (iterations and seed
+    aside), named by the trainer's label.
+    Per side: `ours_ms` / `peer_ms`, the median of its runs' median step times; `ours_q1`..`peer_q3`, the
+    quartiles of the steps after warm-up of the run nearest that median (the step-to-step spread, which is
+    all a single run shows); `ours_runs` / `peer_runs`. Then `ratio` = ours / peer and its spread `ratio_lo`
+    (our q1 over their q3) to `ratio_hi` (our q3 over their q1), and `cfg`, the trainer's RunConfig."""
+    import pandas as pd
+    from megalab.peer import trainer_config
+    rows = []
+    for cfg, r in _clean(store, gpu_model):
+        if "side" in (r.get("tags") or []) and cfg.gpus == gpus:
+            who, ours = ("peer", trainer_config(cfg)) if cfg.runner != "megalab" else ("ours", cfg)
+            rows.append({"key": loose_key(ours), "who": who, "cfg": ours, "record": r,
+                         "ms": 1e3 * r["summary"]["step_time_s"]})
+    if not rows:
+        raise LookupError(f"no side-by-side records on {gpus} {gpu_model} GPU(s): record them with "
+                          f"tools/gpu/plans/peer-{gpus}gpu.txt")
+    out = {}
+    for (key, who), part in pd.DataFrame(rows).groupby(["key", "who"], sort=False):
+        mid = part.iloc[(part["ms"] - part["ms"].median()).abs().argmin()]
+        q1, q3 = _step_quartiles(mid["record"])
+        row = out.setdefault(key, {"cfg": mid["cfg"]})
+        row.update({f"{who}_ms": part["ms"].median(), f"{who}_q1": q1, f"{who}_q3": q3, f"{who}_runs": len(part)})
+    df = pd.DataFrame.from_dict(out, orient="index").dropna(subset=["ours_ms", "peer_ms"])
+    df.index = [c.label for c in df["cfg"]]
+    df["ratio"] = df["ours_ms"] / df["peer_ms"]
+    df["ratio_lo"], df["ratio_hi"] = df["ours_q1"] / df["peer_q3"], df["ours_q3"] / df["peer_q1"]
+    return df

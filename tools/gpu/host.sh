@@ -16,6 +16,15 @@ if [ "$part" = lite ] && ls $prebuilt/transformer_engine_torch-*.whl >/dev/null 
   mkdir -p $root/dist && cp $prebuilt/transformer_engine_torch-*.whl $root/dist/ && echo 0 > $root/build.rc
   echo "prebuilt Transformer Engine torch extension in place"
 fi
+# each part needs the earlier ones on this same host: fail at once, not after part c's 10-minute wait for
+# a compile that never started (session 14 lost 590 s that way when the lite call had been refused)
+need() { [ -e "$1" ] || { echo "host.sh: part $part needs $2 first ($1 is missing): an earlier call failed or" \
+  "this is a fresh host; start again from part lite" >&2; exit 3; }; }
+case $part in
+  a|-) need $root/env.sh "part lite" ;;
+  b) need $root/tecore.aa "part a" ;;
+  c) need $root/tecore.aa "part a"; need $root/tecore.ab "part b" ;;
+esac
 if [ "$part" = a ] && [ -f $root/build.rc ]; then
   cp .gpuwheels/a/tecore.aa $root/ && echo "part a in place (prebuilt torch extension: no compile)"
 elif [ "$part" != - ]; then

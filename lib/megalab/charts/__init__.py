@@ -14,7 +14,7 @@ Figures by kind, one module each; every public name is re-exported here, so note
     machine     know your machine: matmul, HBM, NCCL bandwidth against size; the roofline
     breakdown   what a step is made of: memory per GPU, step time (stacked parts)
     scaling     a metric against a swept setting: scaling with the ideal line, metric_vs
-    compare     choices side by side: grouped bars, the trade-off frontier
+    compare     choices side by side: grouped bars, a ratio against 1, the trade-off frontier
     spread      how measurements scatter: histogram against a target, step time across runs, predicted
                 against measured
     parity      loss curves against the reference inside a tolerance band
@@ -23,7 +23,7 @@ Figures by kind, one module each; every public name is re-exported here, so note
 """
 from megalab.charts._style import PALETTE, RENDERER, SYMBOLS, TEMPLATE, setup_notebook
 from megalab.charts.breakdown import PARTS, memory_breakdown, step_time_breakdown
-from megalab.charts.compare import frontier, grouped_bars
+from megalab.charts.compare import frontier, grouped_bars, ratio_bars
 from megalab.charts.matrix import heatmap
 from megalab.charts.machine import bandwidth_vs_size, half_bandwidth_size, hbm_vs_size, matmul_vs_size, roofline
 from megalab.charts.parity import loss_parity
@@ -36,7 +36,7 @@ __all__ = [
     "matmul_vs_size", "hbm_vs_size", "half_bandwidth_size", "bandwidth_vs_size", "roofline",
     "memory_breakdown", "step_time_breakdown",
     "scaling", "metric_vs",
-    "grouped_bars", "frontier",
+    "grouped_bars", "ratio_bars", "frontier",
     "distribution", "step_time_spread", "predicted_vs_measured",
     "loss_parity",
     "kernel_timeline", "gantt", "pipeline_schedule", "pipeline_bubble",

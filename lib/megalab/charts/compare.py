@@ -1,4 +1,5 @@
-"""Choices side by side: bars of one metric per choice, and the trade-off between two metrics with its Pareto frontier."""
+"""Choices side by side: bars of one metric per choice, a ratio against 1 with its spread, and the trade-off
+between two metrics with its Pareto frontier."""
 from __future__ import annotations
 
 import plotly.graph_objects as go
@@ -24,6 +25,20 @@ def grouped_bars(df, x: str, y: str, color: str | None = None, title: str | None
             fig.add_bar(x=mine[x].astype(str), y=mine[y], name=_yours(name), marker_pattern_shape="x", **style)
     if y in ("mfu", "efficiency"):
         fig.update_yaxes(tickformat=".0%")
+    return fig
+
+
+def ratio_bars(df, x: str, ratio: str = "ratio", lo: str = "ratio_lo", hi: str = "ratio_hi",
+               title: str | None = None, y_title: str | None = None, parity_name: str = "equal") -> go.Figure:
+    """One bar per row: `ratio` (e.g. our step time over the peer's) with an error bar from `lo` to `hi`, and
+    a dashed line at 1 (`parity_name`). Bars above 1 are drawn in the second colour: there, we are behind."""
+    fig = _figure(title or f"{ratio} by {x}", xaxis_title=x, yaxis_title=y_title or ratio, xaxis_type="category")
+    above = df[ratio] > 1
+    fig.add_bar(x=df[x].astype(str), y=df[ratio], marker_color=[PALETTE[1] if a else PALETTE[0] for a in above],
+                error_y=dict(type="data", symmetric=False, array=df[hi] - df[ratio], arrayminus=df[ratio] - df[lo]),
+                texttemplate="%{y:.2f}", textposition="inside", showlegend=False)
+    fig.add_hline(y=1, line_dash="dash", line_color=PALETTE[7], annotation_text=parity_name,
+                  annotation_position="top left")
     return fig
 
 
