@@ -1,7 +1,8 @@
 """megalab.peer: Megatron-LM's pretrain_gpt.py given the same RunConfig; its real logs parsed back.
 
 The logs in tests/data/peer/ were captured on one H200 (2026-11-24, Megatron-LM core_v0.16.1,
-TE 2.11.0) by tools/gpu/plans/peer-1gpu.txt."""
+TE 2.11.0) by tools/gpu/plans/peer-1gpu.txt, and on two H100s (2026-11-26, *_pp2_* and *_ep2_*) by
+tools/gpu/plans/s14-h100.txt."""
 
 import importlib.util
 import shlex
@@ -84,6 +85,19 @@ def test_the_other_real_log_too():
     parsed = peer.parse_log((DATA / "gpt-24l-2048_mbs8_drop0.1_peer.log").read_text(), cfg)
     assert len(parsed.steps) == 30 and parsed.steps[-1]["mfu"] is None
     assert all(s["tokens_per_s"] == pytest.approx(16 * 2048 / s["step_time_s"]) for s in parsed.steps)
+
+
+def test_two_gpu_logs_pipeline_stages_and_experts():
+    """PP 2: each stage reports its own memory, twice; the peak is the largest stage's last report.
+    EP 2: the router's load_balancing_loss sits beside lm loss on each line; the loss is lm loss (iteration 28
+    is step 27: steps count from 0, as the trainer's)."""
+    pp = peer.peer_config(presets.get("gpt-2.5b").replace(gpus=2, pp=2, mbs=4, gbs=8))
+    parsed = peer.parse_log((DATA / "gpt-2.5b_pp2_mbs4_peer.log").read_text(), pp, 989.0)
+    assert len(parsed.steps) == 30 and parsed.steps[0]["mem_allocated_peak_gib"] == pytest.approx(35805.93 / 1024)
+    moe = peer.peer_config(presets.get("olmoe-like").replace(gpus=2, ep=2, mbs=1, gbs=8))
+    parsed = peer.parse_log((DATA / "olmoe-like_ep2_peer.log").read_text(), moe, 989.0)
+    assert parsed.steps[27]["loss"] == pytest.approx(5.346646) and parsed.steps[27]["step_time_s"] == pytest.approx(1.0779)
+    assert parsed.steps[27]["tokens_per_s"] == pytest.approx(8 * 4096 / 1.0779)
 
 
 @pytest.mark.skipif(not (Path(__file__).parents[1] / ".peer" / "Megatron-LM" / "pretrain_gpt.py").exists()
