@@ -186,6 +186,7 @@ def test_an_oom_record_keeps_where_it_ran_out():
     status, error = metrics.classify_failure((DATA / "log_oom_mlp_recompute.txt").read_text(), 1, False)
     assert status == "oom" and error["alloc_gib"] == pytest.approx(0.047)
     assert any("tensor_parallel/random.py" in frame and "backward" in frame for frame in error["where"])
+    assert metrics.oom_held_gib(error["detail"]) == 127.68 and metrics.oom_held_gib("no allocator message") is None
 
 
 def test_structured_invalid_line_keeps_every_reason():

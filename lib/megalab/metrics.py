@@ -155,6 +155,7 @@ _ROOT_RANK = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank")
 _GPU = re.compile(r"\bGPU (\d+)\b")
 _RANK_WORD = re.compile(r"\bRank (\d+)\b")
 _ALLOC = re.compile(r"Tried to allocate ([\d.]+) ([KMGT]i?B)")
+_HELD = re.compile(r"Of the allocated memory ([\d.]+) ([KMGT]i?B) is allocated by PyTorch")
 _UNITS = {"KiB": 2**-20, "MiB": 2**-10, "GiB": 1.0, "TiB": 2**10, "KB": 2**-20, "MB": 2**-10, "GB": 1.0,
           "TB": 2**10}
 _LOG_LINE = re.compile(r"^\[?[WEI]\d{4} |^Traceback|^\s*File ")  # glog-style lines of torch/NCCL
@@ -209,6 +210,13 @@ def _oom_message(rank, text: str) -> tuple[str, float | None]:
     where = f" on rank {rank}" if rank is not None else ""
     what = f" (tried to allocate {m.group(1)} {m.group(2)})" if m else ""
     return f"CUDA out of memory{where}{what}", (round(float(m.group(1)) * _UNITS[m.group(2)], 3) if m else None)
+
+
+def oom_held_gib(text: str) -> float | None:
+    """GiB that PyTorch held when an allocation failed, from the allocator's message ("Of the allocated memory
+    X GiB is allocated by PyTorch"): what the run had built up, where `alloc_gib` is only the last request."""
+    m = _HELD.search(text or "")
+    return round(float(m.group(1)) * _UNITS[m.group(2)], 3) if m else None
 
 
 def _reported(e: dict) -> dict:
