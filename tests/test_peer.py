@@ -135,3 +135,53 @@ def test_recompute_modules_and_balance_become_megatron_lm_flags():
     assert none[none.index("--moe-router-load-balancing-type") + 1] == "none" and "--moe-aux-loss-coeff" not in none
     assert "--moe-router-force-load-balancing" in force and "--moe-router-force-load-balancing" not in aux
     assert aux[aux.index("--moe-router-load-balancing-type") + 1] == "aux_loss" and "--moe-aux-loss-coeff" in aux
+
+
+# TransformerConfig fields where the peer's config may differ from the trainer's, and why that is no
+# difference in the model or its speed on the layouts compared (FP8 and CUDA graphs off)
+ALLOWED = {
+    "gradient_accumulation_fusion": "Megatron-LM needs Apex for it; the trainer gets it from TE's linears",
+    "add_qkv_bias": "Megatron Core gives QKV a bias when add_bias_linear is on, set or not",
+    "attention_softmax_in_fp32": "read by the local (unfused) attention only",
+    "masked_softmax_fusion": "read by the local (unfused) attention only",
+    "use_cpu_initialization": "the dry run builds on CPU", "perform_initialization": "the dry run builds on CPU",
+    "fp8_amax_history_len": "FP8 off", "fp8_amax_compute_algo": "FP8 off",
+    "cuda_graph_warmup_steps": "CUDA graphs off", "inference_sampling_seed": "inference only",
+}
+
+
+@pytest.mark.skipif(not (Path(__file__).parents[1] / ".peer" / "Megatron-LM" / "pretrain_gpt.py").exists(),
+                    reason="needs a Megatron-LM checkout in .peer/")
+def test_the_peer_builds_the_trainers_transformer_config(monkeypatch):
+    """Megatron-LM's own argparse, validate_args and core_transformer_config_from_args on the peer's flags
+    give the TransformerConfig the trainer builds (megalab.wiring), field for field but ALLOWED: the side by
+    side times one model. (MoE layouts need TE installed for Megatron-LM's rope-fusion check.)"""
+    import contextlib
+    import dataclasses
+    import io
+    import types
+    import torch
+    from megalab import wiring
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / ".peer" / "Megatron-LM"))
+    stub = types.ModuleType("megatron.core.transformer.custom_layers.batch_invariant_kernels")  # imports triton
+    stub.enable_batch_invariant_mode = stub.disable_batch_invariant_mode = lambda *a, **k: None
+    monkeypatch.setitem(sys.modules, stub.__name__, stub)
+    import megatron.training.arguments as A
+    monkeypatch.setattr(A, "get_device_arch_version", lambda: 9)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    for c in (presets.get("gpt-1.2b").replace(gpus=2, cp=2, seq=8192, mbs=1, gbs=1),
+              presets.get("gpt-2.5b").replace(gpus=2, tp=2, mbs=8, gbs=8),
+              presets.get("gpt-8.3b").replace(gpus=4, tp=2, sp=True, pp=2, vpp=2, mbs=1, gbs=8),
+              presets.get("gpt-1.2b").replace(gpus=2, tp=2, sp=True, recompute="selective",
+                                              recompute_modules="mlp", mbs=8, gbs=8)):
+        monkeypatch.setattr(sys, "argv", ["pretrain_gpt.py", *peer.args(peer.peer_config(c))])
+        for k, v in dict(RANK="0", WORLD_SIZE=str(c.gpus), LOCAL_RANK="0", **peer.environment(c)).items():
+            monkeypatch.setenv(k, v)
+        a = A.parse_args()
+        with contextlib.redirect_stdout(io.StringIO()):
+            A.validate_args(a)
+        theirs, ours = A.core_transformer_config_from_args(a), wiring.megatron_configs(c, dry_run=True)[1]
+        name = lambda v: getattr(v, "__name__", v) if callable(v) else v  # noqa: E731  functions by name
+        differ = {f.name for f in dataclasses.fields(ours) if f.name not in ALLOWED
+                  and str(name(getattr(ours, f.name))) != str(name(getattr(theirs, f.name, None)))}
+        assert differ <= {"init_method", "output_layer_init_method"}, (c.label, differ)
