@@ -4,7 +4,6 @@ The logs in tests/data/peer/ were captured on one H200 (2026-11-24, Megatron-LM 
 TE 2.11.0) by tools/gpu/plans/peer-1gpu.txt, and on two H100s (2026-11-26, *_pp2_* and *_ep2_*) by
 tools/gpu/plans/s14-h100.txt."""
 
-import importlib.util
 import shlex
 import sys
 from pathlib import Path
@@ -100,23 +99,38 @@ def test_two_gpu_logs_pipeline_stages_and_experts():
     assert parsed.steps[27]["tokens_per_s"] == pytest.approx(8 * 4096 / 1.0779)
 
 
-@pytest.mark.skipif(not (Path(__file__).parents[1] / ".peer" / "Megatron-LM" / "pretrain_gpt.py").exists()
-                    or importlib.util.find_spec("triton") is None,
-                    reason="needs a Megatron-LM checkout in .peer/ and triton (Megatron-LM imports it)")
-def test_megatron_lm_reads_every_flag_as_meant(monkeypatch):
-    """Megatron-LM's own argparse and validate_args, on CPU, for layouts across the axes."""
-    import contextlib
-    import io
+CHECKOUT = Path(__file__).parents[1] / ".peer" / "Megatron-LM"
+needs_checkout = pytest.mark.skipif(not (CHECKOUT / "pretrain_gpt.py").exists(), reason="needs a Megatron-LM checkout in .peer/")
+
+
+def _megatron_lm_arguments(monkeypatch):
+    """Megatron-LM's megatron.training.arguments from the checkout, importable on CPU: one module of it imports
+    triton (batch-invariant kernels, never used here) and is stubbed; the GPU is said to be a Hopper."""
+    import types
     import torch
-    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / ".peer" / "Megatron-LM"))
+    monkeypatch.syspath_prepend(str(CHECKOUT))
+    stub = types.ModuleType("megatron.core.transformer.custom_layers.batch_invariant_kernels")
+    stub.enable_batch_invariant_mode = stub.disable_batch_invariant_mode = lambda *a, **k: None
+    monkeypatch.setitem(sys.modules, stub.__name__, stub)
     import megatron.training.arguments as A
     monkeypatch.setattr(A, "get_device_arch_version", lambda: 9)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    return A
+
+
+@needs_checkout
+def test_megatron_lm_reads_every_flag_as_meant(monkeypatch, tmp_path):
+    """Megatron-LM's own argparse and validate_args, on CPU, for layouts across the axes (the last one
+    profiled, as `megalab peer --profile` asks)."""
+    import contextlib
+    import io
+    A = _megatron_lm_arguments(monkeypatch)
     for c in (GPT12, presets.get("gpt-2.5b").replace(gpus=2, tp=2, sp=True, mbs=8, gbs=8),
               presets.get("gpt-1.2b").replace(gpus=2, cp=2, seq=8192, mbs=1, gbs=1, cp_comm="a2a"),
               presets.get("olmoe-like").replace(gpus=2, ep=2, mbs=1, gbs=4)):
         c = peer.peer_config(c)
-        monkeypatch.setattr(sys, "argv", ["pretrain_gpt.py", *peer.args(c)])
+        profile = peer.profile_args(tmp_path) if c.experts else []
+        monkeypatch.setattr(sys, "argv", ["pretrain_gpt.py", *peer.args(c), *profile])
         for k, v in dict(RANK="0", WORLD_SIZE=str(c.gpus), LOCAL_RANK="0", **peer.environment(c)).items():
             monkeypatch.setenv(k, v)
         a = A.parse_args()
@@ -125,6 +139,8 @@ def test_megatron_lm_reads_every_flag_as_meant(monkeypatch):
         assert (a.tensor_model_parallel_size, a.context_parallel_size, a.expert_model_parallel_size,
                 a.data_parallel_size, a.micro_batch_size, a.global_batch_size, a.seq_length, a.sequence_parallel,
                 a.num_experts) == (c.tp, c.cp, c.ep, c.dp, c.mbs, c.gbs, c.seq, c.sp, c.experts or None)
+    assert (a.profile, a.use_pytorch_profiler, a.profile_step_start, a.profile_step_end, a.profile_ranks) == \
+        (True, True, 5, 8, [0])
 
 
 def test_recompute_modules_and_balance_become_megatron_lm_flags():
@@ -150,8 +166,7 @@ ALLOWED = {
 }
 
 
-@pytest.mark.skipif(not (Path(__file__).parents[1] / ".peer" / "Megatron-LM" / "pretrain_gpt.py").exists(),
-                    reason="needs a Megatron-LM checkout in .peer/")
+@needs_checkout
 def test_the_peer_builds_the_trainers_transformer_config(monkeypatch):
     """Megatron-LM's own argparse, validate_args and core_transformer_config_from_args on the peer's flags
     give the TransformerConfig the trainer builds (megalab.wiring), field for field but ALLOWED: the side by
@@ -159,16 +174,8 @@ def test_the_peer_builds_the_trainers_transformer_config(monkeypatch):
     import contextlib
     import dataclasses
     import io
-    import types
-    import torch
     from megalab import wiring
-    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / ".peer" / "Megatron-LM"))
-    stub = types.ModuleType("megatron.core.transformer.custom_layers.batch_invariant_kernels")  # imports triton
-    stub.enable_batch_invariant_mode = stub.disable_batch_invariant_mode = lambda *a, **k: None
-    monkeypatch.setitem(sys.modules, stub.__name__, stub)
-    import megatron.training.arguments as A
-    monkeypatch.setattr(A, "get_device_arch_version", lambda: 9)
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    A = _megatron_lm_arguments(monkeypatch)
     for c in (presets.get("gpt-1.2b").replace(gpus=2, cp=2, seq=8192, mbs=1, gbs=1),
               presets.get("gpt-2.5b").replace(gpus=2, tp=2, mbs=8, gbs=8),
               presets.get("gpt-8.3b").replace(gpus=4, tp=2, sp=True, pp=2, vpp=2, mbs=1, gbs=8),
@@ -185,3 +192,28 @@ def test_the_peer_builds_the_trainers_transformer_config(monkeypatch):
         differ = {f.name for f in dataclasses.fields(ours) if f.name not in ALLOWED
                   and str(name(getattr(ours, f.name))) != str(name(getattr(theirs, f.name, None)))}
         assert differ <= {"init_method", "output_layer_init_method"}, (c.label, differ)
+
+
+def test_a_profiled_peer_run_keeps_its_kernels_as_the_trainers_do(tmp_path):
+    """--profile asks pretrain_gpt.py for torch.profiler over the trainer's windows into the run folder; its
+    trace becomes profile.json in the trainer's format (the record keeps it), and the raw trace goes."""
+    import json
+    flags = peer.profile_args(tmp_path)
+    assert flags[flags.index("--profile-step-start") + 1:flags.index("--profile-step-start") + 4:2] == ["5", "8"]
+    assert flags[-1] == str(tmp_path / peer.PEER_TRACE) and "--use-pytorch-profiler" in flags
+    mlm = tmp_path / "Megatron-LM"
+    mlm.mkdir()
+    (mlm / "pretrain_gpt.py").write_text("")
+    assert launch.torchrun_command(GPT12, tmp_path, extra=["--profile"], peer_dir=mlm)[-len(flags):] == flags
+    assert "--profile" not in launch.torchrun_command(GPT12, tmp_path, peer_dir=mlm)
+    assert not peer.write_profile(tmp_path)  # no trace: nothing written
+    steps = [{"name": f"ProfilerStep#{k}", "ph": "X", "ts": 1000 * k, "dur": 1000, "cat": "user_annotation"}
+             for k in (5, 6, 7)]
+    kernels = [{"name": n, "ph": "X", "ts": 1000 * k + 100, "dur": 200, "cat": "kernel", "args": {"stream": 7}}
+               for k in (5, 6, 7) for n in ("ncclDevKernel_SendRecv", "nvjet_gemm", "flash_fwd")]
+    (tmp_path / peer.PEER_TRACE).mkdir()
+    (tmp_path / peer.PEER_TRACE / "host_1.123.pt.trace.json").write_text(json.dumps({"traceEvents": steps + kernels}))
+    assert peer.write_profile(tmp_path) and not (tmp_path / peer.PEER_TRACE).exists()
+    out = json.loads((tmp_path / "profile.json").read_text())
+    assert out["steps"] == [5, 6, 7] and out["kernel_s_per_step"]["nccl"] == pytest.approx(2e-4 * 3 / 3)
+    assert [row[0] for row in out["timeline"]["kernels"]] == ["nccl", "gemm", "attention"]

@@ -102,6 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     timeout(s)
     tags(s, "the record")
     s.add_argument("--json", action="store_true", help="print the record as JSON")
+    s.add_argument("--profile", action="store_true",
+                   help="torch.profiler on rank 0 over the trainer's profiled steps; the record keeps its kernels")
     s.add_argument("--megatron-lm", metavar="PATH",
                    help="Megatron-LM checkout at tag core_v0.16.1 (default $MEGATRON_LM, else .peer/Megatron-LM)")
 

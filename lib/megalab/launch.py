@@ -101,7 +101,8 @@ def torchrun_command(cfg, run_dir, nnodes: int = 1, node_rank: int = 0, rdzv_end
                 "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}", f"--rdzv-id={rdzv_id or cfg.key}"]
     if cfg.runner == "megatron-lm":  # the peer: Megatron-LM's own script (megalab.peer)
         from megalab import peer
-        return cmd + [str(peer.source_dir(peer_dir) / "pretrain_gpt.py"), *peer.args(cfg)]
+        profile = peer.profile_args(run_dir) if "--profile" in extra else []  # the one trainer flag it takes
+        return cmd + [str(peer.source_dir(peer_dir) / "pretrain_gpt.py"), *peer.args(cfg), *profile]
     return cmd + ["-m", "megalab.train", *_config_args(cfg), "--run-dir", str(run_dir), *extra]
 
 
@@ -260,6 +261,8 @@ def launch(cfg, runs_root=None, timeout_s: float = DEFAULT_TIMEOUT_S, progress: 
         from megalab import peer
         from megalab.env import local_peak_tflops
         parsed = peer.parse_log(text, cfg, local_peak_tflops())
+        if "--profile" in extra:
+            peer.write_profile(run_dir)  # profile.json, as the trainer writes it: the record keeps it
     status, error = metrics.classify_failure(text, proc.returncode, timed_out.is_set())
     if status == "ok" and not dry_run and not parsed.steps and node_rank == 0:  # other nodes print no steps
         status, error = "failed", {"message": "the trainer exited 0 but reported no steps", "rank": None,

@@ -134,6 +134,39 @@ def args(cfg) -> list[str]:
     return [str(a) for a in out]
 
 
+def profile_args(run_dir) -> list[str]:
+    """pretrain_gpt.py's flags for megalab's --profile: torch.profiler on rank 0 over the trainer's windows
+    (ProfilerStep#5-7, megalab.train_log.PROFILE_STEPS), its trace written under run_dir/peer_trace. Megatron-LM
+    steps its profiler before each iteration and the trainer after, so the peer's windows hold iterations 4-6
+    where the trainer's hold steps 5-7: both past warm-up."""
+    from megalab.train_log import PROFILE_STEPS
+    first, end = PROFILE_STEPS
+    return ["--profile", "--use-pytorch-profiler", "--profile-step-start", str(first), "--profile-step-end", str(end),
+            "--profile-ranks", "0", "--tensorboard-dir", str(Path(run_dir) / PEER_TRACE)]
+
+
+PEER_TRACE = "peer_trace"  # the folder of the peer's torch.profiler trace, inside the run folder
+
+
+def write_profile(run_dir) -> bool:
+    """profile.json from the peer's trace, as the trainer writes its own (megalab.train_log.profiler): kernel
+    seconds per step by category and the last window's kernel timeline, which the record keeps. The raw
+    trace is removed (hundreds of MB with Megatron-LM's stacks and shapes). False when there is no trace."""
+    import json
+    import shutil
+    from megalab.metrics import kernel_seconds, kernel_timeline
+    from megalab.train_log import PROFILE_STEPS
+    traces = sorted((Path(run_dir) / PEER_TRACE).glob("*.pt.trace.json"))
+    if not traces:
+        return False
+    trace = json.loads(traces[-1].read_text())
+    steps = list(range(*PROFILE_STEPS))
+    out = {"steps": steps, "kernel_s_per_step": kernel_seconds(trace, steps), "timeline": kernel_timeline(trace, steps[-1])}
+    (Path(run_dir) / "profile.json").write_text(json.dumps(out))
+    shutil.rmtree(Path(run_dir) / PEER_TRACE, ignore_errors=True)
+    return True
+
+
 def environment(cfg) -> dict:
     """The trainer's own run environment (megalab.wiring.environment): one hardware queue with TP or CP,
     which pretrain_gpt.py asserts, and the same grouped-GEMM kernel for TE's experts."""

@@ -46,5 +46,5 @@ fi
 "$@"
 rc=$?
 mkdir -p $kept && cp "$MEGALAB_RESULTS"/*.jsonl $kept/ 2>/dev/null
-[ -d runs ] && tar czf "$MEGALAB_RESULTS/runs.tgz" --exclude='trace_rank*.json' runs
+[ -d runs ] && tar czf "$MEGALAB_RESULTS/runs.tgz" --exclude='trace_rank*.json' --exclude=peer_trace runs
 exit $rc

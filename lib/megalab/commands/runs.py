@@ -31,7 +31,7 @@ def cmd_peer(ns) -> int:
         peer.source_dir(ns.megatron_lm)  # no checkout: say how to get one before anything starts
     launch_kw = {"peer_dir": ns.megatron_lm} if ns.megatron_lm else None
     result = run(cfg, mode=ns.mode, tags=ns.tag, timeout_s=ns.timeout, progress=False, quiet=ns.json,
-                 launch_kw=launch_kw)
+                 launch_kw=launch_kw, profile=ns.profile)
     return _show(result, ns)
 
 
