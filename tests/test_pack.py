@@ -22,12 +22,29 @@ def test_jobs_carry_their_line_numbers_and_skip_the_done_ones(tmp_path):
     assert [(n, tag, gpus) for n, tag, gpus, _ in jobs] == [(2, "warmup!", 2), (4, "side!", 2), (5, "wait", 0),
                                                             (6, "fit", 1)]
     assert jobs[1][3][0] == "peer"
-    assert [n for n, *_ in pack._jobs(plan, done={2, 4})] == [5, 6]
+    assert [n for n, *_ in pack._jobs(plan, done={2: "warmup! --preset gpt-1.2b --gpus 2 --tp 2",
+                                                   4: "side! peer --preset gpt2-xl --gpus 2 --dist-opt"})] == [5, 6]
 
 
 def test_progress_is_kept_per_plan_and_read_back(tmp_path, monkeypatch):
+    """Finished lines are kept by plan (its full path) with their text: an edited line runs again."""
     monkeypatch.setattr(pack, "PROGRESS", str(tmp_path / "progress"))
-    assert pack.read_done("plans/a.txt") == set()
-    pack.mark_done("plans/a.txt", 2)
-    pack.mark_done("plans/a.txt", 7)
-    assert pack.read_done("other/a.txt") == {2, 7} and pack.read_done("plans/b.txt") == set()
+    a, b = tmp_path / "plans" / "a.txt", tmp_path / "other" / "a.txt"
+    for plan in (a, b):
+        plan.parent.mkdir()
+        plan.write_text(PLAN)
+    assert pack.read_done(a) == {}
+    pack.mark_done(a, 2)
+    pack.mark_done(a, 4)
+    assert pack.read_done(a) == {2: "warmup! --preset gpt-1.2b --gpus 2 --tp 2",
+                                 4: "side! peer --preset gpt2-xl --gpus 2 --dist-opt"}
+    assert pack.read_done(b) == {}
+    assert [n for n, *_ in pack._jobs(a, pack.read_done(a))] == [5, 6]
+    a.write_text(PLAN.replace("--tp 2", "--tp 2 --mbs 4"))
+    assert [n for n, *_ in pack._jobs(a, pack.read_done(a))] == [2, 5, 6]
+
+
+def test_only_a_job_that_exited_0_within_its_own_timeout_is_done():
+    assert pack.finished(0, 40, 300, 300) and pack.finished(0, 40, 120, 300)
+    assert not pack.finished(1, 40, 300, 300)              # failed (OOM, or a broken install): again
+    assert not pack.finished(0, 118, 120, 300)             # cut off by --hard-end: again

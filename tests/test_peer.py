@@ -153,8 +153,9 @@ def test_recompute_modules_and_balance_become_megatron_lm_flags():
     assert aux[aux.index("--moe-router-load-balancing-type") + 1] == "aux_loss" and "--moe-aux-loss-coeff" in aux
 
 
-# TransformerConfig fields where the peer's config may differ from the trainer's, and why that is no
-# difference in the model or its speed on the layouts compared (FP8 and CUDA graphs off)
+# TransformerConfig fields where the peer's config may differ from the trainer's, and why. One changes the
+# speed, not the model: the peer accumulates weight gradients unfused (Megatron-LM needs Apex for the fusion),
+# which favours the trainer. The others make no difference on the layouts compared (FP8 and CUDA graphs off).
 ALLOWED = {
     "gradient_accumulation_fusion": "Megatron-LM needs Apex for it; the trainer gets it from TE's linears",
     "add_qkv_bias": "Megatron Core gives QKV a bias when add_bias_linear is on, set or not",
@@ -207,11 +208,13 @@ def test_a_profiled_peer_run_keeps_its_kernels_as_the_trainers_do(tmp_path):
     assert launch.torchrun_command(GPT12, tmp_path, extra=["--profile"], peer_dir=mlm)[-len(flags):] == flags
     assert "--profile" not in launch.torchrun_command(GPT12, tmp_path, peer_dir=mlm)
     assert not peer.write_profile(tmp_path)  # no trace: nothing written
+    (tmp_path / peer.PEER_TRACE).mkdir()
+    (tmp_path / peer.PEER_TRACE / "host_1.1.pt.trace.json").write_text('{"traceEvents": [')  # killed mid-write
+    assert not peer.write_profile(tmp_path) and not (tmp_path / "profile.json").exists()
     steps = [{"name": f"ProfilerStep#{k}", "ph": "X", "ts": 1000 * k, "dur": 1000, "cat": "user_annotation"}
              for k in (5, 6, 7)]
     kernels = [{"name": n, "ph": "X", "ts": 1000 * k + 100, "dur": 200, "cat": "kernel", "args": {"stream": 7}}
                for k in (5, 6, 7) for n in ("ncclDevKernel_SendRecv", "nvjet_gemm", "flash_fwd")]
-    (tmp_path / peer.PEER_TRACE).mkdir()
     (tmp_path / peer.PEER_TRACE / "host_1.123.pt.trace.json").write_text(json.dumps({"traceEvents": steps + kernels}))
     assert peer.write_profile(tmp_path) and not (tmp_path / peer.PEER_TRACE).exists()
     out = json.loads((tmp_path / "profile.json").read_text())

@@ -24,32 +24,47 @@ def test_repeats_group_by_configuration_and_trainer(tmp_path):
         {0: [before[0]["id"], before[1]["id"]], 1: [after["id"]]}
 
 
-def _timed(cfg, times, gpu="NVIDIA H100 80GB HBM3", tags=("side",)):
+def _timed(cfg, times, gpu="NVIDIA H100 80GB HBM3", tags=("side",), at="2030-01-01T00:00:00Z"):
     """A record of cfg whose steps took `times` (s), median after warm-up in its summary."""
     import statistics
-    rec = _record(cfg, gpu=gpu, tags=list(tags))
+    rec = _record(cfg, gpu=gpu, tags=list(tags), at=at)
     rec["series"]["step_time_s"] = list(times)
     rec["summary"]["step_time_s"] = statistics.median(times[3:])
     return rec
 
 
 def test_side_by_side_pairs_each_configuration_with_its_peer_run(tmp_path):
-    """One row per configuration: each side's median (over its runs), the step quartiles of its middle run,
-    ours / peer with its spread; other GPU models, widths and untagged runs stay out; a side with no
-    counterpart is dropped; no side-by-side record at all is an error that says how to record one."""
+    """One row per configuration: each side's median (over its runs), the quartiles of all its runs' steps,
+    ours / peer with its spread; other GPU models, widths, untagged runs and runs of an older trainer stay
+    out; a side with no counterpart is dropped; no configuration with both sides is an error that says how
+    to record one."""
     import pytest
     store, peer = Store(tmp_path), CFG.replace(runner="megatron-lm", init="megatron")
-    for rec in (_timed(CFG, [9, 9, 9, 0.40, 0.44, 0.48, 0.52]), _timed(CFG, [9, 9, 9, 0.47, 0.48, 0.49]), _timed(CFG, [9, 9, 9, 0.50, 0.50]),
+    with pytest.raises(LookupError, match="peer-2gpu.txt"):
+        timings.side_by_side(store, "H100", 2)
+    store.append(_timed(CFG, [9, 9, 9, 0.40, 0.44, 0.48, 0.52]))
+    with pytest.raises(LookupError, match="both trainers"):   # ours alone
+        timings.side_by_side(store, "H100", 2)
+    for rec in (_timed(CFG, [9, 9, 9, 0.47, 0.48, 0.49]), _timed(CFG, [9, 9, 9, 0.50, 0.50]),
                 _timed(peer, [9, 9, 9, 0.50, 0.50, 0.50, 0.50]), _timed(CFG, [1.0] * 8, gpu="NVIDIA H200"),
-                _timed(CFG, [1.0] * 8, tags=("t",)), _timed(CFG.replace(hidden=512), [1.0] * 8)):
+                _timed(CFG, [1.0] * 8, tags=("t",)), _timed(CFG.replace(hidden=512), [1.0] * 8),
+                _timed(CFG, [2.0] * 8, at="2025-01-01T00:00:00Z")):   # before records.TRAINER_CHANGES' last
         store.append(rec)
     df = timings.side_by_side(store, "H100", 2)
     assert list(df.index) == [CFG.label]
     row = df.loc[CFG.label]
     assert row["ours_runs"] == 3 and row["peer_runs"] == 1 and row["cfg"].key == CFG.key
     assert abs(row["ours_ms"] - 480) < 1e-6 and abs(row["peer_ms"] - 500) < 1e-6
-    assert abs(row["ratio"] - 0.96) < 1e-9 and row["ratio_lo"] < row["ratio"] < row["ratio_hi"]
-    assert abs(row["ours_q1"] - 475) < 1e-6 and abs(row["ours_q3"] - 485) < 1e-6  # the middle run's steps
-    assert abs(row["ratio_lo"] - 0.95) < 1e-9 and abs(row["ratio_hi"] - 0.97) < 1e-9
-    with pytest.raises(LookupError, match="peer-1gpu.txt"):
-        timings.side_by_side(store, "H100", 1)
+    assert abs(row["ours_q1"] - 470) < 1e-6 and abs(row["ours_q3"] - 500) < 1e-6   # nine steps of three runs
+    assert abs(row["ratio"] - 0.96) < 1e-9 and abs(row["ratio_lo"] - 0.94) < 1e-9 and abs(row["ratio_hi"] - 1.0) < 1e-9
+
+
+def test_the_ratios_spread_always_holds_the_ratio(tmp_path):
+    """Two runs of ours either side of the peer's: the medians' ratio is 1.0, and the spread, built from
+    quartiles of the pooled steps, is widened to hold it."""
+    store, peer = Store(tmp_path), CFG.replace(runner="megatron-lm", init="megatron")
+    for rec in (_timed(CFG, [9, 9, 9, 0.40, 0.40]), _timed(CFG, [9, 9, 9, 0.50, 0.50]),
+                _timed(peer, [9, 9, 9, 0.45, 0.45])):
+        store.append(rec)
+    row = timings.side_by_side(store, "H100", 2).iloc[0]
+    assert abs(row["ratio"] - 1.0) < 1e-9 and row["ratio_lo"] <= 1.0 <= row["ratio_hi"]

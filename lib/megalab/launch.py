@@ -201,6 +201,7 @@ def launch(cfg, runs_root=None, timeout_s: float = DEFAULT_TIMEOUT_S, progress: 
     passes --dry-run to the trainer (CPU, gloo: it builds the model shards and prints parameters
     per rank) and skips the GPU check. echo prints every log line as it arrives (no progress bar).
     """
+    extra = list(extra)  # read twice (the command, then the peer's profile)
     if dry_run:
         cfg.validate()
         extra = ["--dry-run", *extra]

@@ -134,6 +134,9 @@ def args(cfg) -> list[str]:
     return [str(a) for a in out]
 
 
+PEER_TRACE = "peer_trace"  # the folder of the peer's torch.profiler trace, inside the run folder
+
+
 def profile_args(run_dir) -> list[str]:
     """pretrain_gpt.py's flags for megalab's --profile: torch.profiler on rank 0 over the trainer's windows
     (ProfilerStep#5-7, megalab.train_log.PROFILE_STEPS), its trace written under run_dir/peer_trace. Megatron-LM
@@ -145,13 +148,11 @@ def profile_args(run_dir) -> list[str]:
             "--profile-ranks", "0", "--tensorboard-dir", str(Path(run_dir) / PEER_TRACE)]
 
 
-PEER_TRACE = "peer_trace"  # the folder of the peer's torch.profiler trace, inside the run folder
-
-
 def write_profile(run_dir) -> bool:
     """profile.json from the peer's trace, as the trainer writes its own (megalab.train_log.profiler): kernel
     seconds per step by category and the last window's kernel timeline, which the record keeps. The raw
-    trace is removed (hundreds of MB with Megatron-LM's stacks and shapes). False when there is no trace."""
+    trace is removed (hundreds of MB with Megatron-LM's stacks and shapes). False when there is no trace,
+    or none that reads (a run killed while writing it): the run's record then has no profile."""
     import json
     import shutil
     from megalab.metrics import kernel_seconds, kernel_timeline
@@ -159,9 +160,13 @@ def write_profile(run_dir) -> bool:
     traces = sorted((Path(run_dir) / PEER_TRACE).glob("*.pt.trace.json"))
     if not traces:
         return False
-    trace = json.loads(traces[-1].read_text())
     steps = list(range(*PROFILE_STEPS))
-    out = {"steps": steps, "kernel_s_per_step": kernel_seconds(trace, steps), "timeline": kernel_timeline(trace, steps[-1])}
+    try:
+        trace = json.loads(traces[-1].read_text())
+        out = {"steps": steps, "kernel_s_per_step": kernel_seconds(trace, steps),
+               "timeline": kernel_timeline(trace, steps[-1])}
+    except ValueError:  # cut-off JSON, or a trace without the profiled windows
+        return False
     (Path(run_dir) / "profile.json").write_text(json.dumps(out))
     shutil.rmtree(Path(run_dir) / PEER_TRACE, ignore_errors=True)
     return True

@@ -66,43 +66,47 @@ def by_trainer(store, cfg, gpu_model: str) -> dict:
     return {rev: [r for _, r in v] for (key, rev), v in repeats(store, gpu_model).items() if key == loose_key(cfg)}
 
 
-def _step_quartiles(record) -> tuple[float, float]:
-    """First and third quartile (ms) of a record's step times after warm-up (metrics' policy)."""
-    import numpy as np
+def _steps_ms(record) -> list[float]:
+    """A record's step times (ms) after warm-up (metrics' policy); none for a record without its series."""
     from megalab.metrics import after_warmup
     times = (record.get("series") or {}).get("step_time_s") or []
     kept, _ = after_warmup(list(enumerate(times)), step_of=lambda s: s[0])
-    q1, q3 = np.percentile([t for _, t in kept], [25, 75])
-    return 1e3 * float(q1), 1e3 * float(q3)
+    return [1e3 * t for _, t in kept]
 
 
 def side_by_side(store, gpu_model: str, gpus: int):
     """Our trainer against the peer (Megatron-LM's pretrain_gpt.py, megalab.peer) on `gpus` GPUs of one host,
     timed alternately (records tagged `side`): a DataFrame, one row per configuration (iterations and seed
-    aside), named by the trainer's label.
+    aside) that both sides ran, named by the trainer's label. Our runs count from the newest trainer
+    revision only (records.TRAINER_CHANGES: older ones are not repeats).
     Per side: `ours_ms` / `peer_ms`, the median of its runs' median step times; `ours_q1`..`peer_q3`, the
-    quartiles of the steps after warm-up of the run nearest that median (the step-to-step spread, which is
-    all a single run shows); `ours_runs` / `peer_runs`. Then `ratio` = ours / peer and its spread `ratio_lo`
-    (our q1 over their q3) to `ratio_hi` (our q3 over their q1), and `cfg`, the trainer's RunConfig."""
+    quartiles of all its runs' steps after warm-up (the step-to-step spread, and the run-to-run spread where
+    there are repeats); `ours_runs` / `peer_runs`. Then `ratio` = ours / peer and its spread, `ratio_lo` (our
+    q1 over their q3) to `ratio_hi` (our q3 over their q1), widened where needed to hold `ratio`; and `cfg`,
+    the trainer's RunConfig."""
+    import numpy as np
     import pandas as pd
     from megalab.peer import trainer_config
+    from megalab.records import trainer_revision
     rows = []
     for cfg, r in _clean(store, gpu_model):
         if "side" in (r.get("tags") or []) and cfg.gpus == gpus:
             who, ours = ("peer", trainer_config(cfg)) if cfg.runner != "megalab" else ("ours", cfg)
-            rows.append({"key": loose_key(ours), "who": who, "cfg": ours, "record": r,
-                         "ms": 1e3 * r["summary"]["step_time_s"]})
-    if not rows:
-        raise LookupError(f"no side-by-side records on {gpus} {gpu_model} GPU(s): record them with "
-                          f"tools/gpu/plans/peer-{gpus}gpu.txt")
+            rows.append({"key": loose_key(ours), "who": who, "cfg": ours, "steps": _steps_ms(r),
+                         "ms": 1e3 * r["summary"]["step_time_s"], "rev": trainer_revision(r) if who == "ours" else 0})
     out = {}
-    for (key, who), part in pd.DataFrame(rows).groupby(["key", "who"], sort=False):
-        mid = part.iloc[(part["ms"] - part["ms"].median()).abs().argmin()]
-        q1, q3 = _step_quartiles(mid["record"])
-        row = out.setdefault(key, {"cfg": mid["cfg"]})
+    for (key, who), part in (pd.DataFrame(rows).groupby(["key", "who"], sort=False) if rows else ()):
+        part = part[part["rev"] == part["rev"].max()]
+        q1, q3 = np.percentile([t for steps in part["steps"] for t in steps] or list(part["ms"]), [25, 75])
+        row = out.setdefault(key, {"cfg": part["cfg"].iloc[-1]})
         row.update({f"{who}_ms": part["ms"].median(), f"{who}_q1": q1, f"{who}_q3": q3, f"{who}_runs": len(part)})
-    df = pd.DataFrame.from_dict(out, orient="index").dropna(subset=["ours_ms", "peer_ms"])
+    both = {k: v for k, v in out.items() if "ours_ms" in v and "peer_ms" in v}
+    if not both:
+        raise LookupError(f"no configuration timed by both trainers on {gpus} {gpu_model} GPU(s): record both sides "
+                          f"with tools/gpu/plans/peer-{gpus}gpu.txt")
+    df = pd.DataFrame.from_dict(both, orient="index")
     df.index = [c.label for c in df["cfg"]]
     df["ratio"] = df["ours_ms"] / df["peer_ms"]
-    df["ratio_lo"], df["ratio_hi"] = df["ours_q1"] / df["peer_q3"], df["ours_q3"] / df["peer_q1"]
+    df["ratio_lo"] = np.minimum(df["ours_q1"] / df["peer_q3"], df["ratio"])
+    df["ratio_hi"] = np.maximum(df["ours_q3"] / df["peer_q1"], df["ratio"])
     return df

@@ -12,8 +12,10 @@ Each job asks for cfg.gpus GPUs; jobs are started greedily, each with its own CU
 so four 1-GPU jobs or two 2-GPU jobs share the host. Records get the plan's tag plus "packed" when the
 job shared the host with another one: timings that a chapter quotes come from `--serial` plans.
 Every outcome (ok, oom, failed, ...) is a record; the pack never stops on a failed job.
-With --resume, a plan run again on the same host (chained calls) skips the lines that ended on their own
-in an earlier call (ok or not); a line cut off by --hard-end or never started runs again.
+With --resume, a plan run again on the same host (chained calls) skips the lines whose job exited 0 in an
+earlier call; a line that failed (an OOM too: it is cheap to record again, and a job that died of a broken
+install must not count as done), was cut off by --hard-end or never started runs again. A line counts as
+the same only with the same number and text: a plan edited between calls runs its changed lines.
 """
 from __future__ import annotations
 
@@ -28,11 +30,12 @@ import time
 PROGRESS = "/tmp/megalab-plan-done"  # survives between chained calls on one host, not onto a new one
 
 
-def _jobs(path, done=frozenset()):
-    """(line number, tag, GPUs, flags) of each job, less the line numbers in done."""
+def _jobs(path, done=None):
+    """(line number, tag, GPUs, flags) of each job, less those in done ({line number: its text})."""
+    done = done or {}
     for number, line in enumerate(open(path), 1):
         line = line.split("#", 1)[0].strip()
-        if line and number not in done:
+        if line and done.get(number) != line:
             if line == "wait":
                 yield number, "wait", 0, []
                 continue
@@ -44,20 +47,30 @@ def _jobs(path, done=frozenset()):
 
 
 def progress_file(plan: str) -> str:
-    return os.path.join(PROGRESS, os.path.basename(plan) + ".done")
+    """One file per plan (by its full path) in PROGRESS."""
+    return os.path.join(PROGRESS, os.path.abspath(plan).strip("/").replace("/", "__") + ".done")
 
 
-def read_done(plan: str) -> set[int]:
+def read_done(plan: str) -> dict[int, str]:
+    """{line number: line text} of the plan's lines that finished on this host."""
     try:
-        return {int(n) for n in open(progress_file(plan)).read().split()}
+        rows = [row.split("\t", 1) for row in open(progress_file(plan)).read().splitlines() if "\t" in row]
     except FileNotFoundError:
-        return set()
+        return {}
+    return {int(n): text for n, text in rows}
 
 
 def mark_done(plan: str, number: int) -> None:
+    line = open(plan).read().splitlines()[number - 1].split("#", 1)[0].strip()
     os.makedirs(PROGRESS, exist_ok=True)
     with open(progress_file(plan), "a") as f:
-        f.write(f"{number}\n")
+        f.write(f"{number}\t{line}\n")
+
+
+def finished(returncode: int, elapsed_s: float, timeout_s: float, full_timeout_s: float) -> bool:
+    """A job counts as done when it exited 0 and was not cut off by --hard-end (a timeout shorter than the
+    plan's own, nearly used up)."""
+    return returncode == 0 and (timeout_s >= full_timeout_s or elapsed_s < timeout_s - 5)
 
 
 def main(argv=None) -> int:
@@ -77,7 +90,7 @@ def main(argv=None) -> int:
         except OSError:  # no driver tools on this machine
             smi = ""
         args.gpus = len(smi.splitlines()) or 4
-    done = read_done(args.plan) if args.resume else set()
+    done = read_done(args.plan) if args.resume else {}
     if not args.resume and os.path.exists(progress_file(args.plan)):
         os.remove(progress_file(args.plan))
     todo = list(_jobs(args.plan, done))
@@ -128,7 +141,7 @@ def main(argv=None) -> int:
             if proc.poll() is not None:
                 running.remove(item)
                 free = sorted(free + mine)
-                if timeout == args.timeout or time.time() - t0 < timeout - 5:  # not cut off by --hard-end
+                if finished(proc.returncode, time.time() - t0, timeout, args.timeout):
                     mark_done(args.plan, number)
                 print(f"[{time.time()-start:6.1f}s] done rc={proc.returncode} in {time.time()-t0:.0f}s: {what}",
                       flush=True)
