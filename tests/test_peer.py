@@ -220,3 +220,14 @@ def test_a_profiled_peer_run_keeps_its_kernels_as_the_trainers_do(tmp_path):
     out = json.loads((tmp_path / "profile.json").read_text())
     assert out["steps"] == [5, 6, 7] and out["kernel_s_per_step"]["nccl"] == pytest.approx(2e-4 * 3 / 3)
     assert [row[0] for row in out["timeline"]["kernels"]] == ["nccl", "gemm", "attention"]
+
+
+def test_the_peers_launch_to_first_step_comes_from_its_own_clock():
+    """Megatron-LM stamps each iteration line with the host's local time: the first one, less the launch
+    time, is the peer's startup_s (none without a launch time; earlier peer records have none)."""
+    from datetime import datetime
+    text = (DATA / "gpt-2.5b_pp2_mbs4_peer.log").read_text()      # its run folder: ...-20261126T172544Z
+    cfg = peer.peer_config(presets.get("gpt-2.5b").replace(gpus=2, pp=2, mbs=4, gbs=8))
+    launched = datetime(2026, 11, 26, 17, 25, 44).timestamp()      # local time, as the host printed it
+    assert peer.parse_log(text, cfg, launched_at=launched).summary == {"kind": "summary", "startup_s": 29.92}
+    assert peer.parse_log(text, cfg).summary is None

@@ -221,7 +221,8 @@ def launch(cfg, runs_root=None, timeout_s: float = DEFAULT_TIMEOUT_S, progress: 
     timed_out = threading.Event()
     with open(run_dir / "log.txt", "w", encoding="utf-8") as log, \
             open(run_dir / "metrics.jsonl", "w", encoding="utf-8") as mfile:
-        child = {**child_env(env, first), "MEGALAB_LAUNCH_T": repr(time.time())}  # the trainer's startup_s starts here
+        launched_at = time.time()  # the trainer's startup_s starts here (and the peer's)
+        child = {**child_env(env, first), "MEGALAB_LAUNCH_T": repr(launched_at)}
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=child, start_new_session=True)
 
@@ -261,7 +262,7 @@ def launch(cfg, runs_root=None, timeout_s: float = DEFAULT_TIMEOUT_S, progress: 
     if cfg.runner == "megatron-lm":
         from megalab import peer
         from megalab.env import local_peak_tflops
-        parsed = peer.parse_log(text, cfg, local_peak_tflops())
+        parsed = peer.parse_log(text, cfg, local_peak_tflops(), launched_at)
         if "--profile" in extra:
             peer.write_profile(run_dir)  # profile.json, as the trainer writes it: the record keeps it
     status, error = metrics.classify_failure(text, proc.returncode, timed_out.is_set())

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from datetime import datetime
 from pathlib import Path
 
 from megalab import metrics, theory, wiring
@@ -184,16 +185,20 @@ _FIELD = re.compile(r"\s*([^:|]+?):\s*([-+0-9.eEinfaINF]+)\s*\|")
 _MEMORY = re.compile(r"\[Rank (\d+)\] \(after \d+ iterations\) memory \(MB\) \| allocated: ([\d.]+) \| "
                      r"max allocated: ([\d.]+) \| reserved: ([\d.]+) \| max reserved: ([\d.]+)")
 _PADDED = re.compile(r"> padded vocab \(size: (\d+)\) with (\d+) dummy tokens \(new size: (\d+)\)")
+_STAMP = re.compile(r"^\s*\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+)\]")  # Megatron-LM's local wall clock
 MIB_PER_GIB = 1024.0
 
 
-def parse_log(text: str, cfg, peak_tflops: float | None = None) -> metrics.Parsed:
+def parse_log(text: str, cfg, peak_tflops: float | None = None, launched_at: float | None = None) -> metrics.Parsed:
     """pretrain_gpt.py's per-iteration lines as megalab step lines (step numbers from 0, as the trainer's).
 
     Step time is Megatron's "elapsed time per iteration (ms)"; tokens/s, TFLOP/s and MFU are computed
     from it with megalab's formula (theory.flops_per_step: no recomputation counted), not read from the
     peer's own TFLOP/s, whose formula differs. Peak memory is the largest rank's report after the first
-    iteration (Megatron prints it once, from data-parallel rank 0 of each model-parallel rank).
+    iteration (Megatron prints it once, from data-parallel rank 0 of each model-parallel rank). With
+    `launched_at` (the launcher's time.time() at launch, on the same host), the summary's startup_s is the
+    time from launch to the first iteration's line, stamped by Megatron-LM when that step ended: the
+    trainer's launch-to-first-step.
     """
     out, mem = metrics.Parsed(), {}
     for line in text.splitlines():
@@ -208,6 +213,9 @@ def parse_log(text: str, cfg, peak_tflops: float | None = None) -> metrics.Parse
         ms = fields.get("elapsed time per iteration (ms)")
         if ms is None or ms <= 0:
             continue
+        if launched_at is not None and not out.steps and (stamp := _STAMP.match(line)):
+            ended = datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S.%f").timestamp()  # local, as it printed
+            out.summary = {"kind": "summary", "startup_s": round(ended - launched_at, 2)}
         step_s = ms / 1e3
         tflops = theory.tflops_per_gpu(cfg, step_s)
         out.steps.append({"kind": "step", "step": int(m.group(1)) - 1, "loss": fields.get("lm loss"),
