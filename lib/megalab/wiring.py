@@ -150,6 +150,17 @@ def patch_moe_router_without_te(cfg) -> None:
             moe_utils.te_general_gemm = None
 
 
+def _wrap_once(owner, name: str, marker: str, wrap) -> None:
+    """Replace owner.<name> by wrap(original), marked with the attribute `marker`: a second call in the same
+    process (another run, a test) finds the mark and leaves the first wrapper in place."""
+    real = getattr(owner, name)
+    if getattr(real, marker, False):
+        return
+    wrapped = wrap(real)
+    setattr(wrapped, marker, True)
+    setattr(owner, name, wrapped)
+
+
 def copy_mlp_bias_under_recompute(cfg) -> None:
     """megatron-core 0.16.1 bug: Megatron's MLP returns its fc2 bias *parameter* (added later, fused with
     dropout). Under recompute_modules=mlp that parameter leaves the CheckpointFunction as one of its outputs,
@@ -161,16 +172,14 @@ def copy_mlp_bias_under_recompute(cfg) -> None:
     if cfg.recompute != "selective" or "mlp" not in cfg.recompute_module_names:
         return
     from megatron.core.transformer.mlp import MLP
-    forward = MLP.forward
-    if getattr(forward, "copies_bias", False):
-        return
 
-    def mlp_forward(self, *args, **kwargs):
-        out, bias = forward(self, *args, **kwargs)
-        return out, None if bias is None else bias.clone()
+    def wrap(forward):
+        def mlp_forward(self, *args, **kwargs):
+            out, bias = forward(self, *args, **kwargs)
+            return out, None if bias is None else bias.clone()
+        return mlp_forward
 
-    mlp_forward.copies_bias = True
-    MLP.forward = mlp_forward
+    _wrap_once(MLP, "forward", "copies_bias", wrap)
 
 
 def guard_empty_grouped_gemm(cfg, tex=None) -> None:
@@ -183,23 +192,21 @@ def guard_empty_grouped_gemm(cfg, tex=None) -> None:
         return
     if tex is None:
         import transformer_engine_torch as tex
-    real = tex.te_general_grouped_gemm
-    if getattr(real, "skips_empty", False):
-        return
 
-    def grouped_gemm(A, transa, B, transb, D, D_type, m_splits, bias, bias_type, single_output, pre_gelu_out,
-                     grad, workspace, workspace_size, accumulate, *rest):
-        if any(a.numel() and b.numel() for a, b in zip(A, B)):
-            return real(A, transa, B, transb, D, D_type, m_splits, bias, bias_type, single_output,
-                        pre_gelu_out, grad, workspace, workspace_size, accumulate, *rest)
-        outputs = [] if single_output or D is None or accumulate else D
-        for t in [*outputs, *(bias if grad else []), *pre_gelu_out]:
-            if t.numel():
-                t.zero_()
-        return bias
+    def wrap(real):
+        def grouped_gemm(A, transa, B, transb, D, D_type, m_splits, bias, bias_type, single_output, pre_gelu_out,
+                         grad, workspace, workspace_size, accumulate, *rest):
+            if any(a.numel() and b.numel() for a, b in zip(A, B)):
+                return real(A, transa, B, transb, D, D_type, m_splits, bias, bias_type, single_output,
+                            pre_gelu_out, grad, workspace, workspace_size, accumulate, *rest)
+            outputs = [] if single_output or D is None or accumulate else D
+            for t in [*outputs, *(bias if grad else []), *pre_gelu_out]:
+                if t.numel():
+                    t.zero_()
+            return bias
+        return grouped_gemm
 
-    grouped_gemm.skips_empty = True
-    tex.te_general_grouped_gemm = grouped_gemm
+    _wrap_once(tex, "te_general_grouped_gemm", "skips_empty", wrap)
 
 
 def guard_empty_unpermute(cfg) -> None:
@@ -211,17 +218,15 @@ def guard_empty_unpermute(cfg) -> None:
     if not (cfg.experts and cfg.impl == "te"):
         return
     from megatron.core.transformer.moe import token_dispatcher
-    real = token_dispatcher.unpermute
-    if getattr(real, "empty_ok", False):
-        return
 
-    def unpermute(permuted_tokens, sorted_indices, restore_shape, *args, fused=False, **kwargs):
-        if fused and permuted_tokens.numel() == 0:
-            return permuted_tokens.new_zeros(restore_shape) + permuted_tokens.sum()
-        return real(permuted_tokens, sorted_indices, restore_shape, *args, fused=fused, **kwargs)
+    def wrap(real):
+        def unpermute(permuted_tokens, sorted_indices, restore_shape, *args, fused=False, **kwargs):
+            if fused and permuted_tokens.numel() == 0:
+                return permuted_tokens.new_zeros(restore_shape) + permuted_tokens.sum()
+            return real(permuted_tokens, sorted_indices, restore_shape, *args, fused=fused, **kwargs)
+        return unpermute
 
-    unpermute.empty_ok = True
-    token_dispatcher.unpermute = unpermute
+    _wrap_once(token_dispatcher, "unpermute", "empty_ok", wrap)
 
 
 # -- training state: Megatron-LM's setup_model_and_optimizer and train() wiring -------------------
