@@ -205,18 +205,22 @@ def _continuation(raw: list[str], i: int) -> list[str]:
     return out
 
 
+def _gib(m: re.Match | None) -> float | None:
+    """GiB from a (number, unit) match of the allocator's message."""
+    return round(float(m.group(1)) * _UNITS[m.group(2)], 3) if m else None
+
+
 def _oom_message(rank, text: str) -> tuple[str, float | None]:
     m = _ALLOC.search(text)
     where = f" on rank {rank}" if rank is not None else ""
     what = f" (tried to allocate {m.group(1)} {m.group(2)})" if m else ""
-    return f"CUDA out of memory{where}{what}", (round(float(m.group(1)) * _UNITS[m.group(2)], 3) if m else None)
+    return f"CUDA out of memory{where}{what}", _gib(m)
 
 
 def oom_held_gib(text: str) -> float | None:
     """GiB that PyTorch held when an allocation failed, from the allocator's message ("Of the allocated memory
     X GiB is allocated by PyTorch"): what the run had built up, where `alloc_gib` is only the last request."""
-    m = _HELD.search(text or "")
-    return round(float(m.group(1)) * _UNITS[m.group(2)], 3) if m else None
+    return _gib(_HELD.search(text or ""))
 
 
 def _reported(e: dict) -> dict:

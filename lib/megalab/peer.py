@@ -150,22 +150,18 @@ def profile_args(run_dir) -> list[str]:
 
 
 def write_profile(run_dir) -> bool:
-    """profile.json from the peer's trace, as the trainer writes its own (megalab.train_log.profiler): kernel
+    """profile.json from the peer's trace, as the trainer writes its own (megalab.train_log.profile_of): kernel
     seconds per step by category and the last window's kernel timeline, which the record keeps. The raw
     trace is removed (hundreds of MB with Megatron-LM's stacks and shapes). False when there is no trace,
     or none that reads (a run killed while writing it): the run's record then has no profile."""
     import json
     import shutil
-    from megalab.metrics import kernel_seconds, kernel_timeline
-    from megalab.train_log import PROFILE_STEPS
+    from megalab.train_log import profile_of
     traces = sorted((Path(run_dir) / PEER_TRACE).glob("*.pt.trace.json"))
     if not traces:
         return False
-    steps = list(range(*PROFILE_STEPS))
     try:
-        trace = json.loads(traces[-1].read_text())
-        out = {"steps": steps, "kernel_s_per_step": kernel_seconds(trace, steps),
-               "timeline": kernel_timeline(trace, steps[-1])}
+        out = profile_of(json.loads(traces[-1].read_text()))
     except ValueError:  # cut-off JSON, or a trace without the profiled windows
         return False
     (Path(run_dir) / "profile.json").write_text(json.dumps(out))

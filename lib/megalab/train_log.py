@@ -89,24 +89,30 @@ def peak_tflops() -> float | None:
         return None
 
 
+def profile_of(trace: dict, timeline: bool = True) -> dict:
+    """What a profiled record keeps (profile.json) from a Chrome trace whose ProfilerStep windows PROFILE_STEPS
+    names: kernel seconds per step by category, and with `timeline` the last window's kernels."""
+    from megalab.metrics import kernel_seconds, kernel_timeline
+    steps = list(range(*PROFILE_STEPS))
+    out = {"steps": steps, "kernel_s_per_step": kernel_seconds(trace, steps)}
+    if timeline:
+        out["timeline"] = kernel_timeline(trace, steps[-1])
+    return out
+
+
 def profiler(run_dir: str, rank: int = 0):
     """torch.profiler over steps 5-7, on every rank: trace_rank<r>.json, and on rank 0 profile.json with the
     kernel seconds per step by category (nccl, gemm, attention, other) and the kernel timeline of the last
     profiled step (megalab.metrics.kernel_timeline), which the record keeps: the book draws its figures from
     it. Other ranks write profile_rank<r>.json, their kernel seconds only (the record's profile.ranks)."""
     import torch
-    from megalab.metrics import kernel_seconds, kernel_timeline
 
     def write(prof):
         os.makedirs(run_dir, exist_ok=True)
         trace_path = os.path.join(run_dir, f"trace_rank{rank}.json")
         prof.export_chrome_trace(trace_path)
         with open(trace_path) as f:
-            trace = json.load(f)
-        steps = list(range(*PROFILE_STEPS))
-        out = {"steps": steps, "kernel_s_per_step": kernel_seconds(trace, steps)}
-        if rank == 0:
-            out["timeline"] = kernel_timeline(trace, steps[-1])
+            out = profile_of(json.load(f), timeline=rank == 0)
         with open(os.path.join(run_dir, "profile.json" if rank == 0 else f"profile_rank{rank}.json"), "w") as f:
             json.dump(out, f)
 

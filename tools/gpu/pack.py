@@ -30,11 +30,16 @@ import time
 PROGRESS = "/tmp/megalab-plan-done"  # survives between chained calls on one host, not onto a new one
 
 
+def _lines(path):
+    """(line number, its text less comment and blanks) of each line of a plan."""
+    for number, line in enumerate(open(path), 1):
+        yield number, line.split("#", 1)[0].strip()
+
+
 def _jobs(path, done=None):
     """(line number, tag, GPUs, flags) of each job, less those in done ({line number: its text})."""
     done = done or {}
-    for number, line in enumerate(open(path), 1):
-        line = line.split("#", 1)[0].strip()
+    for number, line in _lines(path):
         if line and done.get(number) != line:
             if line == "wait":
                 yield number, "wait", 0, []
@@ -61,7 +66,7 @@ def read_done(plan: str) -> dict[int, str]:
 
 
 def mark_done(plan: str, number: int) -> None:
-    line = open(plan).read().splitlines()[number - 1].split("#", 1)[0].strip()
+    line = dict(_lines(plan))[number]
     os.makedirs(PROGRESS, exist_ok=True)
     with open(progress_file(plan), "a") as f:
         f.write(f"{number}\t{line}\n")
