@@ -57,6 +57,8 @@ def test_side_by_side_pairs_each_configuration_with_its_peer_run(tmp_path):
     assert abs(row["ours_ms"] - 480) < 1e-6 and abs(row["peer_ms"] - 500) < 1e-6
     assert abs(row["ours_q1"] - 470) < 1e-6 and abs(row["ours_q3"] - 500) < 1e-6   # nine steps of three runs
     assert abs(row["ratio"] - 0.96) < 1e-9 and abs(row["ratio_lo"] - 0.94) < 1e-9 and abs(row["ratio_hi"] - 1.0) < 1e-9
+    from megalab import theory
+    assert row["ours_mfu"] == theory.mfu(CFG, 0.48, "H100") and row["peer_mfu"] == theory.mfu(CFG, 0.5, "H100")
 
 
 def test_the_ratios_spread_always_holds_the_ratio(tmp_path):

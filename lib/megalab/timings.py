@@ -82,10 +82,11 @@ def side_by_side(store, gpu_model: str, gpus: int):
     Per side: `ours_ms` / `peer_ms`, the median of its runs' median step times; `ours_q1`..`peer_q3`, the
     quartiles of all its runs' steps after warm-up (the step-to-step spread, and the run-to-run spread where
     there are repeats); `ours_runs` / `peer_runs`. Then `ratio` = ours / peer and its spread, `ratio_lo` (our
-    q1 over their q3) to `ratio_hi` (our q3 over their q1), widened where needed to hold `ratio`; and `cfg`,
-    the trainer's RunConfig."""
+    q1 over their q3) to `ratio_hi` (our q3 over their q1), widened where needed to hold `ratio`; `ours_mfu` /
+    `peer_mfu` at the medians, against `gpu_model`'s dense bf16 peak; and `cfg`, the trainer's RunConfig."""
     import numpy as np
     import pandas as pd
+    from megalab import theory
     from megalab.peer import trainer_config
     from megalab.records import trainer_revision
     rows = []
@@ -109,4 +110,6 @@ def side_by_side(store, gpu_model: str, gpus: int):
     df["ratio"] = df["ours_ms"] / df["peer_ms"]
     df["ratio_lo"] = np.minimum(df["ours_q1"] / df["peer_q3"], df["ratio"])
     df["ratio_hi"] = np.maximum(df["ours_q3"] / df["peer_q1"], df["ratio"])
+    for who in ("ours", "peer"):
+        df[f"{who}_mfu"] = [theory.mfu(c, ms / 1e3, gpu_model) for c, ms in zip(df["cfg"], df[f"{who}_ms"])]
     return df
