@@ -80,11 +80,12 @@ def test_fused_unpermute_of_no_token_gives_the_zeros_the_unfused_path_gives(monk
     import torch
     from megatron.core.transformer.moe import token_dispatcher
     from megalab import presets
-    from megalab.wiring import guard_empty_unpermute
+    from megalab.wiring import guard_empty_permutation
 
     monkeypatch.setattr(token_dispatcher, "unpermute", token_dispatcher.unpermute)   # restored after the test
-    guard_empty_unpermute(presets.get("olmoe-like"))
-    guard_empty_unpermute(presets.get("olmoe-like"))   # wrapped once
+    monkeypatch.setattr(token_dispatcher, "permute", token_dispatcher.permute)
+    guard_empty_permutation(presets.get("olmoe-like"))
+    guard_empty_permutation(presets.get("olmoe-like"))   # wrapped once
     unpermute = token_dispatcher.unpermute
     assert unpermute.empty_ok
     empty = torch.empty(0, 8, requires_grad=True)
@@ -95,3 +96,33 @@ def test_fused_unpermute_of_no_token_gives_the_zeros_the_unfused_path_gives(monk
     # tokens present (and the unfused path): Megatron's own unpermute, unchanged
     tokens, order = torch.arange(6.0).view(3, 2), torch.tensor([2, 0, 1])
     assert torch.equal(unpermute(tokens, order, torch.Size([3, 2])), tokens[[1, 2, 0]])
+
+
+def test_fused_permute_to_no_token_takes_the_unfused_path(monkeypatch):
+    """TE 2.11's fused permute to zero output tokens has a backward that reads a ctx.probs its forward never
+    set (the top-2 EP 2 allgather run, session 15): such calls go through Megatron's unfused permute, whose
+    backward is an ordinary index_select's. A count on the GPU is not read (no sync per dispatch)."""
+    import torch
+    from megatron.core.transformer.moe import token_dispatcher
+    from megalab import presets
+    from megalab.wiring import guard_empty_permutation
+
+    seen = []
+    def spy(tokens, routing_map, *args, num_out_tokens=None, fused=False, **kwargs):
+        seen.append(fused)
+        return real(tokens, routing_map, *args, num_out_tokens=num_out_tokens, fused=False, **kwargs)
+    real = token_dispatcher.permute
+    monkeypatch.setattr(token_dispatcher, "permute", spy)
+    monkeypatch.setattr(token_dispatcher, "unpermute", token_dispatcher.unpermute)
+    guard_empty_permutation(presets.get("olmoe-like"))
+    permute = token_dispatcher.permute
+    tokens = torch.randn(4, 8, requires_grad=True)
+    nobody = torch.zeros(4, 2, dtype=torch.bool)                      # no token routed to this rank's 2 experts
+    out, _, order = permute(tokens, nobody, num_out_tokens=nobody.sum(0).sum(), fused=True)
+    assert out.shape == (0, 8) and seen == [False]
+    out.sum().backward()
+    assert tokens.grad is not None and not tokens.grad.any()
+    some = torch.tensor([[True, False], [False, True], [False, False], [True, False]])
+    permute(tokens, some, num_out_tokens=3, fused=True)               # tokens present: fused, as asked
+    permute(tokens, nobody, num_out_tokens=0, fused=True)            # a Python int zero: unfused
+    assert seen == [False, True, False]

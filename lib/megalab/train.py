@@ -54,7 +54,7 @@ from megalab.train_log import (CHUNKS, CLOCK, GIB, SCHEDULE_STEP, RouterCounts, 
 from megalab.weights import init_layout_invariant
 # train() calls build_training by this module's name: tools/gpu/spikes.py swaps in a probing one
 from megalab.wiring import (build_training, copy_mlp_bias_under_recompute, environment, graph_capture,
-                            guard_empty_grouped_gemm, guard_empty_unpermute, megatron_configs,
+                            guard_empty_grouped_gemm, guard_empty_permutation, megatron_configs,
                             patch_moe_router_without_te, wire_schedule, with_wgrad_fusion)
 
 _T0 = time.time()  # start-up clock (torch and Megatron load later); $MEGALAB_LAUNCH_T wins if set
@@ -262,7 +262,7 @@ def train(cfg, args, rank: int) -> None:
     copy_mlp_bias_under_recompute(cfg)
     if not args.dry_run:
         guard_empty_grouped_gemm(cfg)
-        guard_empty_unpermute(cfg)
+        guard_empty_permutation(cfg)
     chunks = with_wgrad_fusion(config, lambda: build_chunks(cfg, config, args.dry_run))
     n_params = sum(p.numel() for c in chunks for p in c.parameters())
     per_rank = [int(n) for n in all_gather(n_params, device, "int64")]

@@ -209,24 +209,41 @@ def guard_empty_grouped_gemm(cfg, tex=None) -> None:
     _wrap_once(tex, "te_general_grouped_gemm", "skips_empty", wrap)
 
 
-def guard_empty_unpermute(cfg) -> None:
-    """Transformer Engine 2.11's fused unpermute (Megatron's moe_permute_fusion) answers zero permuted tokens
-    with an empty tensor, where Megatron's unfused path returns restore_shape's zeros: the allgather
-    dispatcher's reduce-scatter then fails on a rank whose experts received no token ("shape '[4096, 1,
-    1024]' is invalid for input of size 0": the top-2 EP 2 allgather run, session 13). Answer those calls
-    with the zeros, still tied to the (empty) expert outputs so their backward runs as it does for a token."""
+def guard_empty_permutation(cfg) -> None:
+    """Transformer Engine 2.11's fused permutation (Megatron's moe_permute_fusion) mishandles a rank whose
+    experts receive no token, which the allgather dispatcher meets at top-2 on EP 2:
+    - its unpermute answers zero permuted tokens with an empty tensor, where Megatron's unfused path returns
+      restore_shape's zeros, and the dispatcher's reduce-scatter then fails ("shape '[4096, 1, 1024]' is
+      invalid for input of size 0", session 13). Answer with the zeros, still tied to the (empty) expert
+      outputs so their backward runs as it does for a token;
+    - its permute to zero output tokens has a backward that reads a ctx.probs its forward never set
+      ("'_moe_permute_mask_mapBackward' object has no attribute 'probs'", session 15). Send those calls
+      through Megatron's unfused permute, whose empty index_select has an ordinary backward.
+    A count still on the GPU is left alone (reading it would add a sync to every dispatch)."""
     if not (cfg.experts and cfg.impl == "te"):
         return
+    import torch
     from megatron.core.transformer.moe import token_dispatcher
 
-    def wrap(real):
+    def no_tokens(count) -> bool:
+        return isinstance(count, int) and count == 0 or (
+            torch.is_tensor(count) and not count.is_cuda and int(count) == 0)
+
+    def wrap_permute(real):
+        def permute(tokens, routing_map, *args, num_out_tokens=None, fused=False, **kwargs):
+            fused = fused and not no_tokens(num_out_tokens)
+            return real(tokens, routing_map, *args, num_out_tokens=num_out_tokens, fused=fused, **kwargs)
+        return permute
+
+    def wrap_unpermute(real):
         def unpermute(permuted_tokens, sorted_indices, restore_shape, *args, fused=False, **kwargs):
             if fused and permuted_tokens.numel() == 0:
                 return permuted_tokens.new_zeros(restore_shape) + permuted_tokens.sum()
             return real(permuted_tokens, sorted_indices, restore_shape, *args, fused=fused, **kwargs)
         return unpermute
 
-    _wrap_once(token_dispatcher, "unpermute", "empty_ok", wrap)
+    _wrap_once(token_dispatcher, "permute", "empty_ok", wrap_permute)
+    _wrap_once(token_dispatcher, "unpermute", "empty_ok", wrap_unpermute)
 
 
 # -- training state: Megatron-LM's setup_model_and_optimizer and train() wiring -------------------
