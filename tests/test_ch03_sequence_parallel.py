@@ -19,15 +19,14 @@ def _keys(found) -> set:
 def test_the_store_answers_every_run():
     assert recording.plan("ch03", gpus=2, missing_only=True) == []
     assert recording.plan("ch03", gpus=2, gpu="H100", missing_only=True) == []
-    queued = [line for line in recording.plan("ch03", gpus=2, pending=True) if line != "wait"]
-    assert queued and all(f"--recompute-modules {ch03.MODULES}" in line for line in queued)   # only the MLP's
+    assert [line for line in recording.plan("ch03", gpus=2, pending=True) if line != "wait"] == []   # nothing queued at TP 2
+    assert set(chapters.runs("ch03", 2)["recompute_modules_tp"]) == set(ch03.RECORDED_MODULES_TP) == {2}
 
 
 @pytest.mark.parametrize("gpus", [1, 2, 4, 8])
 def test_runs_do_not_change_with_the_gpu_count_and_pending_is_apart(gpus):
     """One-GPU runs and the recorded TP 2 runs are read: 4 and 8 GPUs read the same ones, 1 GPU only the
-    one-GPU ones; what 4 and 8 GPUs add (TP 4, TP 8) is queued, legal and apart, and so is the MLP's
-    recompute at TP 2 (its first records were retracted: RECORDED_MODULES_TP)."""
+    one-GPU ones; what 4 and 8 GPUs add (TP 4, TP 8, the MLP's recompute there) is queued, legal and apart."""
     found = chapters.runs("ch03", gpus)
     if gpus == 1:
         assert all(_cfg(i).gpus == 1 for i in specs.items(found))
@@ -40,7 +39,7 @@ def test_runs_do_not_change_with_the_gpu_count_and_pending_is_apart(gpus):
         assert _cfg(item).gpus <= gpus
         assert _cfg(item).tp not in ch03.RECORDED_TP or _cfg(item).tp not in ch03.RECORDED_MODULES_TP
     assert not _keys(queued) & _keys(found)
-    assert (gpus > 1) == bool(list(specs.items(queued)))
+    assert (gpus > 2) == bool(list(specs.items(queued)))   # TP 2 is all recorded
 
 
 def test_moving_runs_out_of_pending_kept_their_keys():

@@ -20,8 +20,8 @@ FIT_ITERS = 5     # a fit probe needs the peak of a step, not a timing
 RECORDED_TP = (2,)         # TP degrees whose per-layer pairs, profiled steps, fits and recompute runs are recorded
 RECORDED_SP_PARITY = (2,)  # TP degrees whose TP + SP parity is recorded
 RECORDED_SP_SELECTIVE_PARITY = (2,)  # ... and TP + SP + selective recomputation parity
-RECORDED_MODULES_TP = ()   # TP degrees whose recompute of chosen modules (MODULES) is recorded: none yet (the
-                           # first runs met a megatron-core bug, retracted; wiring.copy_mlp_bias_under_recompute)
+RECORDED_MODULES_TP = (2,)  # TP degrees whose recompute of chosen modules (MODULES) is recorded (session 15, on a
+                            # second 2xH200 host; the first runs met a megatron-core bug, retracted)
 MODULES = "mlp"            # Megatron's recompute_modules beyond the default core_attn: the MLP, re-run from its input
 BIG = {2: "gpt-8.3b"}      # the model whose largest micro-batch each layout fits, by TP degree (TP 2: recorded) ...
 BIG_WIDE = "gpt-22b"       # ... and at TP >= 4: the seed's GPT-22B experiment at half its TP (theory on an H200 at
