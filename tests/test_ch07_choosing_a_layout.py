@@ -19,9 +19,10 @@ def test_the_store_answers_every_run():
 
 @pytest.mark.parametrize("gpus", [2, 4, 8])
 def test_pending_is_legal_and_fits(gpus):
-    queued = chapters.pending("ch07", gpus)
-    assert set(queued) == set(ch07.CASES)
-    for name, picked in queued.items():
+    queued, measured = chapters.pending("ch07", gpus), chapters.runs("ch07", gpus)["cases"]
+    assert set(queued) | set(measured) == set(ch07.CASES) and not set(queued) & set(measured)
+    assert set(measured) == (set(ch07.RECORDED_CASES) if gpus == 2 else set())
+    for name, picked in {**queued, **measured}.items():
         assert len(picked) == ch07.TOP + ch07.OTHERS
         assert list(picked)[:ch07.TOP] == [f"top{i}" for i in range(1, ch07.TOP + 1)]
         assert len({c.key for c in picked.values()}) == len(picked)           # eight different runs
@@ -34,7 +35,7 @@ def test_pending_is_legal_and_fits(gpus):
 def test_frozen_choice_keeps_the_probe_rule():
     """Each frozen pick past the top five qualifies for its probe, and no earlier pick did."""
     probes = {key: rule for key, _, rule in ch07.PROBES}
-    for picked in ch07.pending(2).values():
+    for picked in {**ch07.pending(2), **ch07.runs(2)["cases"]}.values():
         cfgs = list(picked.values())
         for i, (key, cfg) in enumerate(picked.items()):
             if key in probes:

@@ -10,7 +10,13 @@
 Records (`usable_records`): status ok, not retracted (the store's errata), not profiled (the profiler
 slows steps), not packed beside other runs (they shared the host), compiled, Transformer Engine layers
 (the local spec's unfused attention is a different kernel set, which none of the constants describes),
-on one GPU model; the newest record of each configuration (iterations and seed aside).
+on one GPU model; the newest record of each configuration (iterations and seed aside). Two kinds are
+kept out:
+- chapter 07's case runs (tag CASE_TAG): they test the ranking the model makes, so they never fit it;
+- multi-GPU runs of a second host of the same GPU model (`reference_link`: the link its probe reported
+  differs from the one most multi-GPU records report). host_layer is one host's constant: session 15's
+  2×H200 host (probe: "none", 32 CPU cores against 64) ran gpt-1.2b at CP 2 and 8k tokens in 448 ms,
+  where the 4×H200 host that made most records ran it in 202 ms.
 
 The model and its five constants are `step_model`'s. They are fitted by least squares on
 log(predicted / measured) step time: a 30 ms step and an 8 s step count alike, an error of ×2 weighs as
@@ -42,11 +48,12 @@ from megalab.config import RunConfig
 from megalab.step_model import CONSTANTS, Rates, combine, guesses, parts
 from megalab.theory.flops import spec
 
-__all__ = ["FAMILIES", "Constant", "Calibration", "calibrate", "family", "for_search", "usable_records"]
+__all__ = ["FAMILIES", "Constant", "Calibration", "calibrate", "family", "for_search", "keeps", "reference_link", "usable_records"]
 
 FAMILIES = ("1 GPU", "DP", "TP", "PP", "CP", "EP")
 TERMS = ("compute_s", "host_s", "comm_s", "bubble_s", "optimizer_s")
 HOLD_OUT_EVERY = 4  # a quarter of the configurations, by hash
+CASE_TAG = "ch07"   # the tag of chapter 07's case runs (tools/gpu/pack.py tags a plan line's records with it)
 MAX_ITERS = 200
 
 
@@ -72,10 +79,27 @@ def family(cfg) -> str:
     return "1 GPU"
 
 
+def reference_link(store=None, gpu: str = "H200") -> str | None:
+    """The interconnect most multi-GPU clean timings of `gpu` report: the host whose records the model fits."""
+    from collections import Counter
+    from megalab import timings
+    links = Counter((r.get("env") or {}).get("interconnect")
+                    for group in timings.repeats(store, gpu).values() for cfg, r in group if cfg.gpus > 1)
+    return links.most_common(1)[0][0] if links else None
+
+
+def keeps(record, link: str | None) -> bool:
+    """Whether a calibration may use this clean timing: not a chapter 07 case run, and a one-GPU run or one
+    made on the host whose link probe reported `link` (reference_link)."""
+    one_gpu = (record.get("config") or {}).get("gpus", 1) == 1
+    return CASE_TAG not in (record.get("tags") or []) and (one_gpu or (record.get("env") or {}).get("interconnect") == link)
+
+
 def usable_records(store=None, gpu: str = "H200") -> list[dict]:
     """The run records a calibration may use (see the module docstring), newest per configuration, oldest first."""
     from megalab import timings
-    return [r for cfg, r in timings.timed(store, gpu).values()
+    link = reference_link(store, gpu)
+    return [r for cfg, r in timings.timed(store, gpu, lambda r: keeps(r, link)).values()
             if (r.get("summary") or {}).get("step_time_s") and cfg.compile and cfg.impl == "te" and not cfg.problems()]
 
 

@@ -39,11 +39,14 @@ def _clean(store, gpu_model: str):
             continue
 
 
-def timed(store, gpu_model: str) -> dict:
+def timed(store, gpu_model: str, keep=None) -> dict:
     """Loose config key -> (RunConfig, record): the newest clean timing of each configuration on `gpu_model`,
-    in the order of recording."""
+    in the order of recording; `keep(record)`, if given, chooses among the records before the newest is
+    taken."""
     out = {}
     for cfg, r in _clean(store, gpu_model):
+        if keep is not None and not keep(r):
+            continue
         out.pop(loose_key(cfg), None)
         out[loose_key(cfg)] = (cfg, r)  # newest last: it wins, and keeps the order of recording
     return out
