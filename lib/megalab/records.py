@@ -22,7 +22,8 @@ SERIES_FIELDS = ("step", "loss", "step_time_s", "grad_norm")
 SUMMARY_FIELDS = ("step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "mem_allocated_peak_gib",
                   "mem_reserved_peak_gib", "act_gib", "loss_first", "loss_last", "startup_s", "steps")
 ENV_FIELDS = ("gpu_name", "gpu_count", "gpu_mem_gib", "interconnect", "driver", "cuda", "torch",
-              "megatron_core", "transformer_engine", "python", "hostname")
+              "megatron_core", "transformer_engine", "python", "hostname",
+              "cpu_count")  # from session 15: two hosts of one GPU model launched kernels 2.2x apart, 32 CPUs against 64
 
 
 # Changes to the trainer that change how long a step takes: (UTC time it landed, commit, what changed).
