@@ -77,3 +77,14 @@ def test_rank_times_sets_each_ranks_kernels_beside_its_forward_and_backward():
     del p["schedule"]["rank_seconds"]                       # kernels kept, no per-rank schedule: NaN times
     assert profiles.rank_times(p)["forward_s"].isna().all()
     assert profiles.rank_times(_profile([])).empty          # a record of rank 0 alone
+
+
+def test_side_profiles_pairs_each_trainers_newest_profile_of_one_configuration():
+    """The CP 2 pair profiled on two H200s (session 15): ours and the peer's, found from our config alone."""
+    from megalab import presets, profiles
+    cfg = presets.get("gpt-1.2b").replace(gpus=2, cp=2, seq=8192, mbs=1, gbs=1, iters=7)   # iterations aside
+    found = profiles.side_profiles(cfg, "H200")
+    assert set(found) == {"ours", "peer"}
+    assert found["peer"]["config"]["runner"] == "megatron-lm" and "profile" in found["ours"]["tags"]
+    assert all(r["profile"]["kernel_s_per_step"]["gemm"] > 0 for r in found.values())
+    assert profiles.side_profiles(cfg.replace(seq=4096), "H200") == {}

@@ -34,7 +34,7 @@ Is the work balanced across ranks? A trainer that profiles every rank keeps each
 
 from __future__ import annotations
 
-__all__ = ["timeline", "by_kind", "kernel_ms", "extra_over", "union_seconds", "gpu_busy", "made_before", "compare",
+__all__ = ["timeline", "by_kind", "kernel_ms", "extra_over", "union_seconds", "gpu_busy", "made_before", "side_profiles", "compare",
            "schedule_tasks", "nccl_streams", "hidden", "schedule_stages", "schedule_ideal", "nccl_kernels",
            "rank_times"]
 
@@ -137,6 +137,24 @@ def made_before(cfg, when: str, profiled: bool = False, store=None) -> dict:
         if (r.get("recorded_at") or "") < when:
             return r
     raise NotRecorded(f"no {'profiled ' if profiled else ''}record of {cfg.label} before {when}")
+
+
+def side_profiles(cfg, gpu_model: str, store=None) -> dict:
+    """{"ours": record, "peer": record}: the newest profiled record of `cfg` (iterations and seed aside) by our
+    trainer and by the peer (`megalab run|peer --profile`) on `gpu_model`, for each side that has one."""
+    from megalab.config import RunConfig
+    from megalab.peer import trainer_config
+    from megalab.store import _store, same_gpu_model
+    from megalab.timings import loose_key
+    out = {}
+    for r in sorted(_store(store).load("run", status="ok"), key=lambda r: r.get("recorded_at") or ""):
+        if ("profile" in (r.get("tags") or []) and r.get("profile")
+                and same_gpu_model((r.get("env") or {}).get("gpu_name"), gpu_model)):
+            c = RunConfig.from_dict(r["config"])
+            who, ours = ("peer", trainer_config(c)) if c.runner != "megalab" else ("ours", c)
+            if loose_key(ours) == loose_key(cfg):
+                out[who] = r   # oldest first: the newest wins
+    return out
 
 
 def compare(pairs: dict) -> "pd.DataFrame":  # noqa: F821
