@@ -48,3 +48,17 @@ def test_only_a_job_that_exited_0_within_its_own_timeout_is_done():
     assert pack.finished(0, 40, 300, 300) and pack.finished(0, 40, 120, 300)
     assert not pack.finished(1, 40, 300, 300)              # failed (OOM, or a broken install): again
     assert not pack.finished(0, 118, 120, 300)             # cut off by --hard-end: again
+
+
+def test_a_line_that_failed_twice_on_this_host_is_given_up(tmp_path, monkeypatch):
+    """--resume runs a failed line once more, then skips it (session 15 re-ran a failing line and four OOMs);
+    an edited line starts counting again."""
+    monkeypatch.setattr(pack, "PROGRESS", str(tmp_path / "progress"))
+    plan = tmp_path / "plan.txt"
+    plan.write_text(PLAN)
+    pack.mark_done(plan, 4, failed=True)
+    assert pack.read_given_up(plan) == {} and pack.read_done(plan) == {}
+    pack.mark_done(plan, 4, failed=True)
+    assert pack.read_given_up(plan) == {4: "side! peer --preset gpt2-xl --gpus 2 --dist-opt"}
+    plan.write_text(PLAN.replace("--dist-opt", "--dist-opt --mbs 2"))
+    assert pack.read_given_up(plan) == {}

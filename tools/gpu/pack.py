@@ -14,8 +14,9 @@ job shared the host with another one: timings that a chapter quotes come from `-
 Every outcome (ok, oom, failed, ...) is a record; the pack never stops on a failed job.
 With --resume, a plan run again on the same host (chained calls) skips the lines whose job exited 0 in an
 earlier call; a line that failed (an OOM too: it is cheap to record again, and a job that died of a broken
-install must not count as done), was cut off by --hard-end or never started runs again. A line counts as
-the same only with the same number and text: a plan edited between calls runs its changed lines.
+install must not count as done), was cut off by --hard-end or never started runs again, once: a line that
+failed TRIES times on this host is skipped (session 15 re-ran a failing line and four OOMs). A line counts
+as the same only with the same number and text: a plan edited between calls runs its changed lines.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ import time
 
 
 PROGRESS = "/tmp/megalab-plan-done"  # survives between chained calls on one host, not onto a new one
+TRIES = 2                            # a line that failed this often on this host is not run again by --resume
 
 
 def _lines(path):
@@ -65,11 +67,26 @@ def read_done(plan: str) -> dict[int, str]:
     return {int(n): text for n, text in rows}
 
 
-def mark_done(plan: str, number: int) -> None:
+def mark_done(plan: str, number: int, failed: bool = False) -> None:
+    """Note that line `number` finished (or, with failed, that it failed) on this host."""
     line = dict(_lines(plan))[number]
     os.makedirs(PROGRESS, exist_ok=True)
-    with open(progress_file(plan), "a") as f:
+    with open(progress_file(plan) + (".failed" if failed else ""), "a") as f:
         f.write(f"{number}\t{line}\n")
+
+
+def read_given_up(plan: str) -> dict[int, str]:
+    """{line number: line text} of the plan's lines that failed TRIES times on this host, as they read now."""
+    try:
+        rows = [row.split("\t", 1) for row in open(progress_file(plan) + ".failed").read().splitlines() if "\t" in row]
+    except FileNotFoundError:
+        return {}
+    now = dict(_lines(plan))
+    counts: dict[int, int] = {}
+    for n, text in rows:
+        if now.get(int(n)) == text:
+            counts[int(n)] = counts.get(int(n), 0) + 1
+    return {n: now[n] for n, c in counts.items() if c >= TRIES}
 
 
 def finished(returncode: int, elapsed_s: float, timeout_s: float, full_timeout_s: float) -> bool:
@@ -96,11 +113,16 @@ def main(argv=None) -> int:
             smi = ""
         args.gpus = len(smi.splitlines()) or 4
     done = read_done(args.plan) if args.resume else {}
-    if not args.resume and os.path.exists(progress_file(args.plan)):
-        os.remove(progress_file(args.plan))
+    given_up = read_given_up(args.plan) if args.resume else {}
+    for number, line in given_up.items():
+        print(f"SKIP line {number}: failed {TRIES} times on this host: {line}", flush=True)
+    finished_before, done = len(done), {**done, **given_up}
+    for path in (progress_file(args.plan), progress_file(args.plan) + ".failed"):
+        if not args.resume and os.path.exists(path):
+            os.remove(path)
     todo = list(_jobs(args.plan, done))
-    if done:
-        print(f"resume: {len(done)} line(s) of {args.plan} already finished on this host", flush=True)
+    if finished_before:
+        print(f"resume: {finished_before} line(s) of {args.plan} already finished on this host", flush=True)
     free = list(range(args.gpus))
     running: list[tuple] = []  # (process, its GPUs, what, start time, solo, line number, its timeout)
     start = time.time()
@@ -148,6 +170,8 @@ def main(argv=None) -> int:
                 free = sorted(free + mine)
                 if finished(proc.returncode, time.time() - t0, timeout, args.timeout):
                     mark_done(args.plan, number)
+                elif finished(0, time.time() - t0, timeout, args.timeout):   # it failed, not cut off by --hard-end
+                    mark_done(args.plan, number, failed=True)
                 print(f"[{time.time()-start:6.1f}s] done rc={proc.returncode} in {time.time()-t0:.0f}s: {what}",
                       flush=True)
     print(f"plan {args.plan} finished in {time.time()-start:.0f}s", flush=True)
