@@ -12,7 +12,8 @@ from megalab.config import RunConfig
 from megalab.results import NotRecorded, Store
 
 # known constants, away from step_model's first guesses, in SI units
-TRUE = {"gemm_eff": 0.7, "attn_eff": 0.4, "host_layer": 2.5e-3, "comm_call": 120e-6, "expert_gemm": 20e-6}
+TRUE = {"gemm_eff": 0.8, "gemm_width": 800.0, "attn_eff": 0.4, "host_layer": 2.5e-3, "comm_call": 120e-6,
+        "expert_gemm": 20e-6}
 BASE = RunConfig(name="t", layers=8, hidden=2048, heads=16, vocab=32768, seq=2048)
 
 
@@ -20,8 +21,8 @@ def _layouts() -> list[RunConfig]:
     """Configurations on which every constant binds: GEMM-heavy and attention-heavy steps, host-bound
     small micro-batches, TP, CP and PP runs, and MoE steps."""
     out = []
-    for layers in (4, 8, 12):
-        c = BASE.replace(layers=layers)
+    for layers, hidden in ((4, 1024), (8, 2048), (12, 4096)):   # three widths: gemm_width is fitted on them
+        c = BASE.replace(layers=layers, hidden=hidden)
         out += [c.replace(mbs=8, gbs=8), c.replace(mbs=4, gbs=16), c.replace(seq=32768, mbs=1, gbs=1),
                 c.replace(seq=512, mbs=1, gbs=8), c.replace(gpus=2, tp=2, mbs=1, gbs=8),
                 c.replace(gpus=2, tp=2, sp=True, mbs=2, gbs=8), c.replace(gpus=2, cp=2, seq=8192, mbs=1, gbs=4),
@@ -54,7 +55,7 @@ def test_the_fit_recovers_the_constants_it_was_made_from(tmp_path):
 def test_constants_are_stated_in_their_units(tmp_path):
     cal = calibration.calibrate(_synthetic(tmp_path))
     by_name = {c.name: c for c in cal.constants}
-    assert list(by_name) == list(step_model.CONSTANTS) and len(by_name) <= 5
+    assert list(by_name) == list(step_model.CONSTANTS) and len(by_name) <= 6   # a handful, each with a reason
     assert by_name["host_layer"].unit == "ms" and by_name["host_layer"].value == pytest.approx(2.5, rel=1e-3)
     assert by_name["comm_call"].unit == "µs" and by_name["comm_call"].value == pytest.approx(120, rel=1e-3)
     assert all(c.meaning for c in cal.constants)
@@ -125,3 +126,14 @@ def test_the_books_records_calibrate_and_report_held_out_error():
     terms = ("compute_s", "host_s", "comm_s", "bubble_s", "optimizer_s")
     assert sum(est[t] for t in terms) == pytest.approx(est["total_s"]) and 0 < est["mfu"] < 1
     assert sum(est["comm_by_axis_s"].values()) == pytest.approx(est["comm_s"]) and est["comm_by_axis_s"]["tp"] > 0
+
+
+def test_a_held_constant_keeps_its_value_and_constrains_nothing(tmp_path):
+    """calibrate(fixed=...): gemm_width 0 is one GEMM efficiency for every width (the model before the width
+    term); the other constants are still fitted, and the held one counts no records."""
+    store = _synthetic(tmp_path)
+    free, held = calibration.calibrate(store), calibration.calibrate(store, fixed={"gemm_width": 0})
+    by_name = {c.name: c for c in held.constants}
+    assert by_name["gemm_width"].value == 0 and by_name["gemm_width"].records == 0
+    assert by_name["host_layer"].records > 0
+    assert held.frame()["err_after"].abs().median() > free.frame()["err_after"].abs().median()

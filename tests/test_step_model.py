@@ -9,7 +9,8 @@ from megalab.config import RunConfig
 from megalab.results import Store
 
 CFG = RunConfig(name="t", layers=8, hidden=2048, heads=16, vocab=32768, seq=2048, mbs=1, gbs=8)
-C = {"gemm_eff": 0.6, "attn_eff": 0.5, "host_layer": 4e-3, "comm_call": 200e-6, "expert_gemm": 30e-6}
+C = {"gemm_eff": 0.6, "gemm_width": 500.0, "attn_eff": 0.5, "host_layer": 4e-3, "comm_call": 200e-6,
+     "expert_gemm": 30e-6}
 
 
 def _bench(store, **row):

@@ -2,7 +2,7 @@
 
     >>> from megalab import calibration, presets, search
     >>> cal = calibration.calibrate()              # the H200 records of the results store
-    >>> cal.constants                              # five Constants: name, unit, fitted value, meaning
+    >>> cal.constants                              # six Constants: name, unit, fitted value, meaning
     >>> cal.report()                               # |relative error| by layout family: fit vs held out, before vs after
     >>> cal.predict(cfg)                           # compute_s, host_s, comm_s, bubble_s, optimizer_s, total_s, ...
     >>> search.search(presets.get("gpt-8.3b"), 2, gbs=32, seq=2048, model=cal)
@@ -18,19 +18,22 @@ kept out:
   2×H200 host (probe: "none", 32 CPU cores against 64) ran gpt-1.2b at CP 2 and 8k tokens in 448 ms,
   where the 4×H200 host that made most records ran it in 202 ms.
 
-The model and its five constants are `step_model`'s. They are fitted by least squares on
+The model and its six constants are `step_model`'s. They are fitted by least squares on
 log(predicted / measured) step time: a 30 ms step and an 8 s step count alike, an error of ×2 weighs as
 much as one of ÷2, and the quantity minimised is the one reported (relative error). Levenberg-Marquardt
 on the logarithm of each constant, so every constant stays positive. Constants the records leave free
 (no record depends on them: `Constant.records` is 0) keep step_model's first guess.
 
-Why these five: the records at small micro-batches sit on a floor of a few milliseconds per layer and
-micro-batch whatever the layer's FLOPs (host_layer); above it, GEMM-heavy runs reach one share of the
-benched matmul rate (gemm_eff) and attention-heavy long sequences a lower one (attn_eff); TP, SP, CP
-and PP runs lose more than their bytes at the benched bandwidth, per call (comm_call); MoE steps grow
-with the number of local experts (expert_gemm). A saturating GEMM efficiency in tokens per micro-batch,
+Why these six: the records at small micro-batches sit on a floor of a few milliseconds per layer and
+micro-batch whatever the layer's FLOPs (host_layer); above it, GEMM-heavy runs reach a share of the
+benched matmul rate that grows with the layer's width (gemm_eff, gemm_width) and attention-heavy long
+sequences a lower one (attn_eff); TP, SP, CP and PP runs lose more than their bytes at the benched
+bandwidth, per call (comm_call); MoE steps grow with the number of local experts (expert_gemm). The
+width term came from chapter 07's dense case (Llama 3 8B, hidden 4096, never fitted): with one GEMM
+efficiency for every width the model predicted its eight steps 15-27% too long, with the width term
+-1% to +10%, from records at most 3072 wide. A saturating GEMM efficiency in tokens per micro-batch,
 eff = e_max·x/(x + x_half), was tried in place of attn_eff: with the host floor in the model, x_half
-fits to ~100 tokens, below every record's micro-batch, so the records show no GEMM-shape effect.
+fits to ~100 tokens, below every record's micro-batch, so the records show no effect of the token count.
 
 Validation: in each layout family (`family`), the configurations are ordered by sha256 of their layout
 key (iterations, seed and runner aside, so that Megatron-LM's run of a layout sits with megalab's) and
@@ -125,14 +128,16 @@ def _stack(dicts: list[dict]) -> dict:
     return {k: np.array([d[k] for d in dicts], dtype=float) for k in dicts[0]}
 
 
-def _fit(p: dict, measured) -> tuple[dict, dict]:
+def _fit(p: dict, measured, fixed: dict | None = None) -> tuple[dict, dict]:
     """Least squares on log(predicted/measured) over the constants' logarithms (Levenberg-Marquardt,
-    forward-difference Jacobian); returns the constants (SI) and how many records constrain each."""
+    forward-difference Jacobian), those in `fixed` (SI) held; returns the constants (SI) and how many
+    records constrain each (0 for a held one)."""
     import numpy as np
-    names = list(CONSTANTS)
+    fixed = fixed or {}
+    names = [n for n in CONSTANTS if n not in fixed]
 
     def residuals(q):
-        return np.log(combine(p, dict(zip(names, np.exp(q))))["total_s"] / measured)
+        return np.log(combine(p, {**dict(zip(names, np.exp(q))), **fixed})["total_s"] / measured)
 
     q = np.log([guesses()[n] for n in names])
     r, lam, h = residuals(q), 1e-3, 1e-6
@@ -153,7 +158,7 @@ def _fit(p: dict, measured) -> tuple[dict, dict]:
         if gain < 1e-12 * max(cost, 1e-12):
             break
     used = {n: int((np.abs(J[:, j]) > 1e-3).sum()) for j, n in enumerate(names)}
-    return dict(zip(names, np.exp(q))), used
+    return {**dict(zip(names, np.exp(q))), **fixed}, {**used, **{n: 0 for n in fixed}}
 
 
 def _roofline(cfg, rates: Rates) -> float:
@@ -226,9 +231,11 @@ def _row(where: str, fam: str, g, shares: list[str]) -> dict:
             **{s: g[s].median() for s in shares}}
 
 
-def calibrate(store=None, gpu: str = "H200") -> Calibration:
+def calibrate(store=None, gpu: str = "H200", fixed: dict | None = None) -> Calibration:
     """Fit step_model's constants on the usable records of GPU model `gpu` in `store` (default: the
-    results store) and check them on the held-out ones. Raises NotRecorded when too few records qualify."""
+    results store) and check them on the held-out ones; `fixed` holds some constants at a value (in their
+    units; e.g. {"gemm_width": 0}: one GEMM efficiency for every width, the model before chapter 07's dense
+    case). Raises NotRecorded when too few records qualify."""
     import numpy as np
     import pandas as pd
     from megalab.results import NotRecorded
@@ -244,7 +251,8 @@ def calibrate(store=None, gpu: str = "H200") -> Calibration:
     measured = np.array([r["summary"]["step_time_s"] for r in recs], dtype=float)
     p = _stack([parts(c, rates) for c in cfgs])
     held = np.array(_held_out(cfgs))
-    fitted, used = _fit({k: v[~held] for k, v in p.items()}, measured[~held])
+    si = {n: v * CONSTANTS[n][1] for n, v in (fixed or {}).items()}
+    fitted, used = _fit({k: v[~held] for k, v in p.items()}, measured[~held], si)
     constants = tuple(Constant(n, unit, float(fitted[n] / scale), meaning, used[n])
                       for n, (unit, scale, _, meaning) in CONSTANTS.items())
     terms = combine(p, fitted)

@@ -1,4 +1,4 @@
-"""A step-time model with five constants, for `calibration.py` to fit on the book's records.
+"""A step-time model with six constants, for `calibration.py` to fit on the book's records.
 
     >>> from megalab import step_model
     >>> rates = step_model.Rates.recorded("H200")       # the machine's benched ceilings
@@ -8,7 +8,8 @@
 Where theory.step_time_estimate is a roofline (all FLOPs at one matmul rate, every byte at one bus
 bandwidth), this model adds what the records show it lacks. Per GPU, for the busiest pipeline stage:
 
-    gpu   = GEMM FLOPs / (gemm_eff·R) + attention-core FLOPs / (attn_eff·R)        per micro-batch
+    gpu   = GEMM FLOPs / (gemm_eff·h/(h + gemm_width)·R) + attention-core FLOPs / (attn_eff·R)   per micro-batch
+            (h the hidden size: wider matrices keep the tensor cores busier, saturating at gemm_eff)
     host  = host_layer · layers per stage (4/3 of it under full recompute: one more forward)
             + expert_gemm · expert GEMMs (per-expert host work: theory.moe.expert_gemms_per_step)
     stage = max(host, gpu): the host issues kernels ahead of the GPU, so a layer waits for whichever is
@@ -39,8 +40,10 @@ __all__ = ["CONSTANTS", "Rates", "parts", "combine", "guesses"]
 
 # name -> (unit, SI scale, first guess in that unit, meaning): what calibration fits, and nothing else
 CONSTANTS = {
-    "gemm_eff": ("fraction of R", 1.0, 0.6, "share of the benched matmul rate R the layers' GEMMs reach, "
-                                            "their norms and elementwise kernels included"),
+    "gemm_eff": ("fraction of R", 1.0, 0.6, "share of the benched matmul rate R the layers' GEMMs reach at "
+                                            "any width, their norms and elementwise kernels included"),
+    "gemm_width": ("hidden units", 1.0, 500.0, "hidden size at which the GEMMs reach half of gemm_eff: "
+                                               "efficiency h/(h + gemm_width) of it at hidden size h"),
     "attn_eff": ("fraction of R", 1.0, 0.5, "share of R that flash attention's QKᵀ and AV reach, forward and backward"),
     "host_layer": ("ms", 1e-3, 4.0, "host time to issue one layer's forward and backward for one micro-batch"),
     "comm_call": ("µs", 1e-6, 200.0, "cost of one blocking collective or send/recv beyond its bytes at the benched "
@@ -161,6 +164,7 @@ def parts(cfg, rates: Rates) -> dict[str, float]:
     gemm, core = _flops(cfg)
     m = cfg.num_microbatches
     out = {"m": float(m), "bubble": (cfg.pp - 1) / cfg.vpp, "gemm_s": gemm / rate, "attn_s": core / rate,
+           "width": float(cfg.hidden),
            "layers": cfg.layers / cfg.pp * (4 / 3 if cfg.recompute == "full" else 1.0),
            "expert_gemms": expert_gemms_per_step(cfg) / max(m, 1), "moe": float(cfg.experts > 0),
            "optimizer_s": max(optimizer_bytes_per_step(cfg, s) for s in range(cfg.pp)) / rates.hbm_bps}
@@ -175,7 +179,8 @@ def combine(p: dict, c: dict) -> dict:
     comm_by_axis_s), bubble_s, optimizer_s and total_s."""
     import numpy as np
     m = p["m"]
-    gpu = (p["gemm_s"] / c["gemm_eff"] + p["attn_s"] / c["attn_eff"]) / m
+    gemm_eff = c["gemm_eff"] * p["width"] / (p["width"] + c["gemm_width"])
+    gpu = (p["gemm_s"] / gemm_eff + p["attn_s"] / c["attn_eff"]) / m
     host = c["host_layer"] * p["layers"] + c["expert_gemm"] * p["expert_gemms"]
     stage = np.where(p["moe"] > 0, host + gpu, np.maximum(host, gpu))
     axes = {a: p[f"{a}_s"] + p[f"{a}_calls"] * c["comm_call"] for a in ("tp", "cp", "ep", "pp", "dp")}
