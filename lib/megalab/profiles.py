@@ -143,15 +143,13 @@ def side_profiles(cfg, gpu_model: str, store=None) -> dict:
     """{"ours": record, "peer": record}: the newest profiled record of `cfg` (iterations and seed aside) by our
     trainer and by the peer (`megalab run|peer --profile`) on `gpu_model`, for each side that has one."""
     from megalab.config import RunConfig
-    from megalab.peer import trainer_config
     from megalab.store import _store, same_gpu_model
-    from megalab.timings import loose_key
+    from megalab.timings import loose_key, side_of
     out = {}
     for r in sorted(_store(store).load("run", status="ok"), key=lambda r: r.get("recorded_at") or ""):
         if ("profile" in (r.get("tags") or []) and r.get("profile")
                 and same_gpu_model((r.get("env") or {}).get("gpu_name"), gpu_model)):
-            c = RunConfig.from_dict(r["config"])
-            who, ours = ("peer", trainer_config(c)) if c.runner != "megalab" else ("ours", c)
+            who, ours = side_of(RunConfig.from_dict(r["config"]))
             if loose_key(ours) == loose_key(cfg):
                 out[who] = r   # oldest first: the newest wins
     return out

@@ -14,7 +14,7 @@ is a Store, a folder, or None for the default results store.
 
 from __future__ import annotations
 
-__all__ = ["loose_key", "timed", "repeats", "by_trainer", "side_by_side"]
+__all__ = ["loose_key", "timed", "repeats", "by_trainer", "side_of", "side_by_side"]
 
 
 def loose_key(cfg) -> str:
@@ -69,6 +69,13 @@ def by_trainer(store, cfg, gpu_model: str) -> dict:
     return {rev: [r for _, r in v] for (key, rev), v in repeats(store, gpu_model).items() if key == loose_key(cfg)}
 
 
+def side_of(cfg) -> tuple[str, object]:
+    """("ours", cfg) for our trainer's config, ("peer", our trainer's equivalent of it) for the peer's: the
+    one configuration both sides of a side-by-side pair are keyed by."""
+    from megalab.peer import trainer_config
+    return ("peer", trainer_config(cfg)) if cfg.runner != "megalab" else ("ours", cfg)
+
+
 def _steps_ms(record) -> list[float]:
     """A record's step times (ms) after warm-up (metrics' policy); none for a record without its series."""
     from megalab.metrics import after_warmup
@@ -90,12 +97,11 @@ def side_by_side(store, gpu_model: str, gpus: int):
     import numpy as np
     import pandas as pd
     from megalab import theory
-    from megalab.peer import trainer_config
     from megalab.records import trainer_revision
     rows = []
     for cfg, r in _clean(store, gpu_model):
         if "side" in (r.get("tags") or []) and cfg.gpus == gpus:
-            who, ours = ("peer", trainer_config(cfg)) if cfg.runner != "megalab" else ("ours", cfg)
+            who, ours = side_of(cfg)
             rows.append({"key": loose_key(ours), "who": who, "cfg": ours, "steps": _steps_ms(r),
                          "ms": 1e3 * r["summary"]["step_time_s"], "rev": trainer_revision(r) if who == "ours" else 0})
     out = {}

@@ -58,13 +58,18 @@ def progress_file(plan: str) -> str:
     return os.path.join(PROGRESS, os.path.abspath(plan).strip("/").replace("/", "__") + ".done")
 
 
+def _rows(path: str) -> list[tuple[int, str]]:
+    """(line number, line text) of each row a progress file holds; none when it does not exist."""
+    try:
+        rows = [row.split("\t", 1) for row in open(path).read().splitlines() if "\t" in row]
+    except FileNotFoundError:
+        return []
+    return [(int(n), text) for n, text in rows]
+
+
 def read_done(plan: str) -> dict[int, str]:
     """{line number: line text} of the plan's lines that finished on this host."""
-    try:
-        rows = [row.split("\t", 1) for row in open(progress_file(plan)).read().splitlines() if "\t" in row]
-    except FileNotFoundError:
-        return {}
-    return {int(n): text for n, text in rows}
+    return dict(_rows(progress_file(plan)))
 
 
 def mark_done(plan: str, number: int, failed: bool = False) -> None:
@@ -77,22 +82,22 @@ def mark_done(plan: str, number: int, failed: bool = False) -> None:
 
 def read_given_up(plan: str) -> dict[int, str]:
     """{line number: line text} of the plan's lines that failed TRIES times on this host, as they read now."""
-    try:
-        rows = [row.split("\t", 1) for row in open(progress_file(plan) + ".failed").read().splitlines() if "\t" in row]
-    except FileNotFoundError:
-        return {}
     now = dict(_lines(plan))
     counts: dict[int, int] = {}
-    for n, text in rows:
-        if now.get(int(n)) == text:
-            counts[int(n)] = counts.get(int(n), 0) + 1
+    for n, text in _rows(progress_file(plan) + ".failed"):
+        if now.get(n) == text:
+            counts[n] = counts.get(n, 0) + 1
     return {n: now[n] for n, c in counts.items() if c >= TRIES}
 
 
+def cut_off(elapsed_s: float, timeout_s: float, full_timeout_s: float) -> bool:
+    """Whether --hard-end cut a job off: its timeout was shorter than the plan's own, and nearly used up."""
+    return timeout_s < full_timeout_s and elapsed_s >= timeout_s - 5
+
+
 def finished(returncode: int, elapsed_s: float, timeout_s: float, full_timeout_s: float) -> bool:
-    """A job counts as done when it exited 0 and was not cut off by --hard-end (a timeout shorter than the
-    plan's own, nearly used up)."""
-    return returncode == 0 and (timeout_s >= full_timeout_s or elapsed_s < timeout_s - 5)
+    """A job counts as done when it exited 0 and was not cut off by --hard-end."""
+    return returncode == 0 and not cut_off(elapsed_s, timeout_s, full_timeout_s)
 
 
 def main(argv=None) -> int:
@@ -168,9 +173,10 @@ def main(argv=None) -> int:
             if proc.poll() is not None:
                 running.remove(item)
                 free = sorted(free + mine)
-                if finished(proc.returncode, time.time() - t0, timeout, args.timeout):
+                elapsed = time.time() - t0
+                if finished(proc.returncode, elapsed, timeout, args.timeout):
                     mark_done(args.plan, number)
-                elif finished(0, time.time() - t0, timeout, args.timeout):   # it failed, not cut off by --hard-end
+                elif not cut_off(elapsed, timeout, args.timeout):   # failed on its own: one more try, then given up
                     mark_done(args.plan, number, failed=True)
                 print(f"[{time.time()-start:6.1f}s] done rc={proc.returncode} in {time.time()-t0:.0f}s: {what}",
                       flush=True)
