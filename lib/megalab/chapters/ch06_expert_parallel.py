@@ -25,8 +25,8 @@ PROFILE_ITERS = 10         # the profiler traces steps 5-7
 MICRO_BATCHES = (1, 2, 4)  # at the same global batch of 4 sequences: 4, 2 and 1 micro-batches per step
 FUSIONS_AT, FUSIONS_COMMIT = TRAINER_CHANGES[0][:2]   # the trainer's MoE fusions (see above)
 RECORDED_EP = (2,)         # GPU counts whose layouts (DP, EP, experts, dispatchers, ETP, routing, parity) are recorded
-QUEUED = {"dispatcher_topk": ("allgather",)}  # ... less these, queued: the top-2 allgather run (a zero-token
-                                              # bug of TE's fused unpermute, guarded since session 13)
+QUEUED: dict = {}           # ... less these, by key and name: runs to retry (none: the top-2 allgather run, queued
+                           # after three zero-token failures in TE 2.11, trained once megalab.wiring guarded them)
 FIT_ITERS = 5              # a fit probe needs the peak of a step, not a timing
 GPU = "H200"               # the reference records' GPU: the fits probe its memory
 
