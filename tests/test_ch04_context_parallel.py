@@ -1,8 +1,9 @@
-"""Chapter 04's runs: the store answers every one at each GPU count (the H100's 80 GB search and the CP 2
-records included, a profiled step of each comm type among them); the queued ones wait for the CP degrees
-not recorded yet."""
+"""Chapter 04's runs: the store answers every one at each GPU count (the H100's 80 GB search, the CP 2
+records and CP 4's hierarchical a2a+p2p included, a profiled step of each comm type among them); the queued
+ones wait for the CP degrees not recorded yet."""
 import pytest
 
+import megalab
 from megalab import chapters, recording, specs
 from megalab.chapters.ch04_context_parallel import (HIERARCHICAL, PROFILED_COMM, RECORDED_CP,
                                                    RECORDED_HIERARCHICAL)
@@ -39,6 +40,23 @@ def test_cp2_is_recorded_whole():
     comm = {c.key for cs in ch["comm"].values() for c in cs}
     assert {c.key for c in ch["strong"] + ch["weak"]} <= comm     # strong and weak points are comm runs
     assert chapters.pending("ch04", 2) == {}   # every comm type's profiled CP 2 step is recorded too
+
+
+def test_cp4_records_the_hierarchical_type_beside_the_other_three():
+    comm = chapters.runs("ch04", 4)["comm"]
+    assert RECORDED_HIERARCHICAL == (4,) and list(comm) == ["p2p", "all_gather", "a2a", HIERARCHICAL]
+    assert all([c.seq for c in cs] == [8192, 16384, 32768] and {c.cp for c in cs} == {4} for cs in comm.values())
+    assert [c.key for c in comm[HIERARCHICAL]] == [c.replace(cp_comm=HIERARCHICAL).key for c in comm["p2p"]]
+    assert chapters.pending("ch04", 4) == {} and HIERARCHICAL not in chapters.runs("ch04", 2)["comm"]
+    for c in comm[HIERARCHICAL]:   # recorded on 4x H200 (trainer e9cf7de), each run alone on the host
+        r = megalab.run(c, "cached", quiet=True)
+        assert r.status == "ok" and r.summary["step_time_s"] > 0 and len(r.summary["mem_allocated_peak_gib_per_rank"]) == 4
+
+
+def test_cp8_queues_the_hierarchical_type_and_not_cp4s():
+    queued = chapters.pending("ch04", 8)["comm"][HIERARCHICAL]
+    assert [(c.cp, c.seq) for c in queued] == [(8, 8192), (8, 16384), (8, 32768)]
+    assert chapters.runs("ch04", 8)["comm"][HIERARCHICAL] == chapters.runs("ch04", 4)["comm"][HIERARCHICAL]
 
 
 def test_every_profiled_cp2_step_keeps_each_ranks_times():

@@ -5,9 +5,10 @@ gpt-1.2b (the seed tutorial's CP model) with Transformer Engine attention, one s
 recomputation), one 80 GB H100's longest sequence, the CP 4 parity of each comm type, and at the CP
 degrees in RECORDED_CP the longest sequence, the three comm types at three lengths (strong and weak
 scaling among them), one profiled 16k-token step of each comm type in PROFILED_COMM (every rank's kernel
-seconds and forward/backward times, rank 0's kernel timeline) and a 16k-token parity. `pending` keeps the
-runs at the other CP degrees, built by the same definitions so that their keys do not change when they move
-into `runs` (`megalab experiments ch04 --gpus 4 --pending`).
+seconds and forward/backward times, rank 0's kernel timeline) and a 16k-token parity; at the top degree,
+when it is in RECORDED_HIERARCHICAL (CP 4), the hierarchical a2a+p2p at the same three lengths. `pending`
+keeps the runs at the other CP degrees (a2a+p2p among them at CP >= 4), built by the same definitions so
+that their keys do not change when they move into `runs` (`megalab experiments ch04 --gpus 8 --pending`).
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ LONG_SEQ = 4 * BASE_SEQ                          # strong scaling, the comm swee
 COMM_SEQS = (BASE_SEQ, 2 * BASE_SEQ, LONG_SEQ)   # the lengths of each comm type's runs
 FIT_ITERS = 5                                    # a fit probe needs the peak of a step, not a timing
 RECORDED_CP = (2, 4)                             # CP degrees whose runs are recorded (2x and 4x H200)
-HIERARCHICAL = "a2a+p2p"                         # CP >= 4 only; queued at the recorded degrees (RECORDED_HIERARCHICAL)
-RECORDED_HIERARCHICAL = ()                       # CP degrees whose a2a+p2p runs are recorded
+HIERARCHICAL = "a2a+p2p"                         # CP >= 4 only: a2a inside pairs, p2p between them
+RECORDED_HIERARCHICAL = (4,)                     # CP degrees whose a2a+p2p runs are recorded (4x H200)
 PROFILED_COMM = ("p2p", "all_gather", "a2a")     # comm types whose profiled step is recorded at those degrees
 
 
@@ -47,6 +48,12 @@ def _profiled(base, cp: int, kind: str) -> Profiled:
     """One profiled CP step at 16k tokens: rank 0's kernel timeline (attention and the comm type's kernels on
     their streams), every rank's kernel seconds by kind and forward/backward seconds."""
     return Profiled(base.replace(gpus=cp, cp=cp, cp_comm=kind, seq=2 * BASE_SEQ, iters=10))
+
+
+def _hierarchical(base, cp: int) -> list:
+    """The hierarchical a2a+p2p at CP `cp` (>= 4) at the comm types' three lengths: Megatron's
+    hierarchical_context_parallel_sizes (2, cp/2), all-to-all inside pairs of GPUs, a p2p ring between them."""
+    return [base.replace(gpus=cp, cp=cp, cp_comm=HIERARCHICAL, seq=s) for s in COMM_SEQS]
 
 
 def _cp_runs(base, cps: list[int], gpu: str, profiled=COMM) -> dict:
@@ -74,7 +81,10 @@ def runs(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
     it that are recorded (RECORDED_CP), the CP 4 parity records whatever `gpus` is. Fits are sized for
     `gpu`, the 80 GB one for the H100."""
     base = _base(iters)
-    cp = _cp_runs(base, [c for c in degrees(gpus)[1:] if c in RECORDED_CP], gpu, PROFILED_COMM)
+    cps = [c for c in degrees(gpus)[1:] if c in RECORDED_CP]
+    cp = _cp_runs(base, cps, gpu, PROFILED_COMM)
+    if cps and cps[-1] in RECORDED_HIERARCHICAL:   # beside the three comm types, at their degree
+        cp["comm"][HIERARCHICAL] = _hierarchical(base, cps[-1])
     return {
         # 1. one GPU: memory grows with s, attention FLOPs with s^2, up to the OOM (a recorded status)
         "seq_1gpu": [base.replace(seq=s) for s in SEQS],
@@ -83,7 +93,7 @@ def runs(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
         "fit_seq_80gb": _fit_seq(base, 1, "H100"),   # the card most readers have
         # 3. the alternative to CP at the same length: one GPU with full activation recompute
         "recompute": [base.replace(seq=LONG_SEQ, recompute="full")],
-        **cp,   # strong, weak, comm, profile, parity_long at the recorded CP degrees
+        **cp,   # strong, weak, comm (a2a+p2p too at CP 4), profile, parity_long at the recorded CP degrees
         # 6. still correct: the recorded CP 4 parity of each comm type
         "parity": [_parity(4, kind) for kind in COMM],
     }
@@ -92,8 +102,9 @@ def runs(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
 def pending(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
     """Runs with cp > 1 at the degrees not recorded yet, queued for the next version, and at the largest
     recorded degree the profiled steps of the comm types not in PROFILED_COMM (none now: all three are
-    recorded at CP 2 and 4), and at CP >= 4 the hierarchical a2a+p2p; {} when nothing is queued. Their cp = 1
-    points and the recorded runs are in `runs`."""
+    recorded at CP 2 and 4), and the hierarchical a2a+p2p at the top degree when it is >= 4 and not in
+    RECORDED_HIERARCHICAL (CP 8 now; CP 4's is recorded); {} when nothing is queued. Their cp = 1 points and
+    the recorded runs are in `runs`."""
     base = _base(iters)
     cps = [c for c in degrees(gpus)[1:] if c not in RECORDED_CP]
     out = _cp_runs(base, cps, gpu) if cps else {}
@@ -103,6 +114,5 @@ def pending(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
         out["profile"] = later + out.get("profile", [])
     top = degrees(gpus)[-1]
     if top >= 4 and top not in RECORDED_HIERARCHICAL:   # a2a inside pairs, p2p between them, at three lengths
-        out.setdefault("comm", {})[HIERARCHICAL] = [base.replace(gpus=top, cp=top, cp_comm=HIERARCHICAL, seq=s)
-                                                    for s in COMM_SEQS]
+        out.setdefault("comm", {})[HIERARCHICAL] = _hierarchical(base, top)
     return out
