@@ -16,7 +16,11 @@ RECORDED = {"4669ef6b6b069788", "db791470283c19f8", "8998cadd686e91fa",   # PP 4
             # VPP 2, 3, 4, 6 at m = 8, micro-batch 1 (VPP 2 is also the layout PP 2 × VPP 2)
             "16210faffd483f5c", "9949ffa8c59e3e16", "a05b97687ef06219", "6dcf11cd40c9412d",
             "7eb201f1f32da3bf",                                          # the layout TP 2 + SP, micro-batch 1
-            "b8a138727d4621fa", "15d918301939943d"}                      # PP 2, PP 2 × VPP 2 parity
+            "b8a138727d4621fa", "15d918301939943d",                      # PP 2, PP 2 × VPP 2 parity
+            # PP 4's stage alone (18 layers), m = 1, 2, 4, 8, 16
+            "bcc0d534b1b51a80", "78a9e7ef67a5e634", "a23a953c17ab9dff", "b547b12f92d4c747", "a79a63812cc2c4cd",
+            "92bb5101bfdf39bf", "3312031d4745c8ed", "b7f39b70030568e8", "dfc5ebc2f7187b6d",  # PP 4, m = 1, 2, 4, 8
+            "556d6e71c1568cf1", "58de330bcbc7a01a"}                      # profiled: PP 4 1F1B and VPP 2 at m = 8
 
 
 def _cfg(item) -> RunConfig:
@@ -46,8 +50,28 @@ def test_recorded_pp2_runs_are_the_plans_own():
     assert [(p.cfg.gpus, p.cfg.pp, p.cfg.vpp) for p in found["parity_pp2"]] == [(2, 2, 1), (2, 2, 2)]
 
 
+def test_recorded_pp4_runs_are_the_plans_own():
+    """PP 4 (4× H200): the stage alone at every m, the sweep but m = 16, both profiled steps; nothing else."""
+    found, four = chapters.runs("ch05", 4), ch05.pending(4, recorded=True)
+    assert found["one_stage"][4] == four["one_stage"][4] and found["profile"][4] == four["profile"][4]
+    assert [(c.layers, c.num_microbatches) for c in found["one_stage"][4]] == [(18, m) for m in (1, 2, 4, 8, 16)]
+    assert found["bubble"][4] == four["bubble"][4][:4] and [c.num_microbatches for c in found["bubble"][4]] == [1, 2, 4, 8]
+    assert [(p.cfg.vpp, p.cfg.num_microbatches, p.cfg.mbs) for p in found["profile"][4]] == [(1, 8, 2), (2, 8, 2)]
+    assert 4 not in found["vpp"] and 4 not in found["layouts"]
+
+
+def test_pending_at_four_gpus_is_pp4s_unrecorded_lines():
+    """What the 4-GPU plan still queues: PP 4 at m = 16, its chunk counts at m = 4 and 16, the other layouts."""
+    queued = chapters.pending("ch05", 4)
+    assert sorted(queued) == ["bubble", "layouts", "vpp"]
+    assert [c.num_microbatches for c in queued["bubble"][4]] == [16]
+    assert {m: [c.vpp for c in cs] for m, cs in queued["vpp"][4].items()} == {4: [2, 3, 6], 16: [2, 3, 6]}
+    assert [(c.tp, c.pp, c.vpp) for c in queued["layouts"][4]] == [(1, 4, 1), (2, 2, 1), (4, 1, 1), (1, 4, 2), (2, 2, 2)]
+
+
 def test_the_store_answers_every_run():
-    assert recording.plan("ch05", gpus=2, missing_only=True) == []
+    for gpus in (2, 4):
+        assert recording.plan("ch05", gpus=gpus, missing_only=True) == []
     assert recording.plan("ch05", gpus=2, gpu="H100", missing_only=True) == []
 
 
@@ -74,7 +98,7 @@ def test_pending_is_legal_scaled_and_fits(gpus):
         assert cfg.key not in RECORDED
     pipes = [p for p in specs.degrees(gpus) if p > 1]
     assert sorted(every["bubble"]) == pipes
-    assert sorted(queued.get("bubble", {})) == [p for p in pipes if p != ch05.RECORDED_PP]
+    assert sorted(queued.get("bubble", {})) == pipes[1:]     # PP 2's sweep is all recorded, PP 4's lacks m = 16
     for p in pipes:   # the model needs the pipeline: one GPU is predicted out of memory, every PP p run fits
         big = every["bubble"][p][-1]
         assert not theory.memory(big.replace(gpus=1, pp=1), "H200")["fits"]
@@ -91,16 +115,17 @@ def test_schedule_stages_reads_idle_share_and_order():
     assert stages.at[0, "backward_s"] == pytest.approx(2.0) and profiles.schedule_stages({}).empty
 
 
-@pytest.mark.parametrize("which", [0, 1], ids=["1F1B", "VPP 2"])
-def test_the_measured_schedules_run_megatrons_order(which):
-    """The profiled PP 2 steps of gpt-8.3b (m = 4): every pass of every micro-batch on both stages, in the
-    order theory.stage_order lists for Megatron Core, each backward after its forward; the ideal schedule
-    built from their mean passes has the formula's bubble."""
+@pytest.mark.parametrize("p, which", [(2, 0), (2, 1), (4, 0), (4, 1)],
+                         ids=["PP 2 1F1B", "PP 2 VPP 2", "PP 4 1F1B", "PP 4 VPP 2"])
+def test_the_measured_schedules_run_megatrons_order(p, which):
+    """The profiled steps of gpt-8.3b (PP 2 at m = 4, PP 4 at m = 8): every pass of every micro-batch on
+    every stage, in the order theory.stage_order lists for Megatron Core, each backward after its forward;
+    the ideal schedule built from their mean passes has the formula's bubble."""
     from megalab import profiles
-    item = chapters.runs("ch05", 2)["profile"][2][which]
+    item = chapters.runs("ch05", 2)["profile"][p][which]
     cfg, prof = item.cfg, item.run("cached", quiet=True).record["profile"]
     stages = profiles.schedule_stages(prof)
-    assert list(stages.index) == [0, 1]
+    assert list(stages.index) == list(range(p))
     for s in stages.index:
         assert stages.at[s, "order"] == theory.stage_order(cfg.pp, cfg.num_microbatches, cfg.vpp, s)
         assert 0 < stages.at[s, "idle_share"] < 1

@@ -3,19 +3,22 @@
 Recorded (`runs`): loss parity of PP 4, PP 4 × VPP 2 and TP 2 × PP 2 on the Llama-style gpt-350m (local
 spec, lr 1e-4, 4× H200; tools/gpu/plans/archive/stable-local.txt), whose layout records also hold each
 pipeline stage's peak memory and the step time; gpt-8.3b on one H200, out of memory
-(tools/gpu/plans/archive/oom.txt); one PP 2 stage's worth of gpt-8.3b (36 layers, Transformer Engine)
-alone on one H200 at the PP 2 sweep's global batch, m = 1, 2, 4, 8: the step without bubble; and, on two
-GPUs of a 4× H200 host, gpt-8.3b on PP 2 (`RECORDED_PP`), each timed run alone on the host: the bubble
-sweep m = 1, 2, 4, 8 and v = 2 at m = 2 (session 11, trainer 93ef4d6), and v = 3, 4, 6 at m = 2 and every
-v = 2, 3, 4, 6 at m = 8, micro-batch 1 (2026-11-26, trainer 18116e0) (`RECORDED_VPP`); a profiled step of
-1F1B and of the interleaved schedule at m = 4 (each record keeps its measured schedule,
-`profile.schedule`); the layouts PP 2, TP 2 + SP and PP 2 × VPP 2 (the m = 8, v = 2 run) on the same two
-GPUs (`RECORDED_LAYOUTS`); PP 2 and PP 2 × VPP 2 parity.
+(tools/gpu/plans/archive/oom.txt); and gpt-8.3b's pipelines (`RECORDED`, per degree p), each timed run
+alone on its host:
+- PP 2: one stage's worth (36 layers, Transformer Engine) alone on a one-H200 machine at the sweep's
+  global batch, m = 1, 2, 4, 8: the step without bubble; on two GPUs of a 4× H200 host, the bubble sweep
+  m = 1, 2, 4, 8 and v = 2 at m = 2 (session 11, trainer 93ef4d6), and v = 3, 4, 6 at m = 2 and every
+  v = 2, 3, 4, 6 at m = 8, micro-batch 1 (2026-11-26, trainer 18116e0); a profiled step of 1F1B and of the
+  interleaved schedule at m = 4 (each record keeps its measured schedule, `profile.schedule`); the layouts
+  PP 2, TP 2 + SP and PP 2 × VPP 2 (the m = 8, v = 2 run) on the same two GPUs; PP 2 and PP 2 × VPP 2 parity.
+- PP 4, on a 4× H200 host (2026-11-26, trainer e9cf7de): one stage's worth (18 layers) alone on one of its
+  H200s, m = 1, 2, 4, 8, 16; the bubble sweep m = 1, 2, 4, 8; a profiled step of 1F1B and of PP 4 × VPP 2
+  at m = 8.
 
 Queued (`pending`): the rest of the chapter's plan (Shoeybi et al. 2019's gpt-8.3b, 72 layers, with
 Transformer Engine, which theory puts above one H200's memory at micro-batch 1 and well inside it on two
-pipeline stages): the deeper pipelines' sweeps and chunk counts, one stage's layers alone on one GPU for
-them, their profiled steps and layouts, and parity of the pipelines not recorded yet.
+pipeline stages): PP 4 at m = 16 (micro-batch 1), its chunk counts and its other layouts; PP 8's sweeps,
+chunk counts, stage alone, profiled steps and layouts; and parity of the pipelines not recorded yet.
 """
 
 from __future__ import annotations
@@ -27,9 +30,15 @@ MODEL = "gpt-8.3b"      # 72 layers: 36 per stage at PP 2, 18 at PP 4, 9 at PP 8
 SEQS_PER_STAGE = 4      # global batch = 4 sequences per pipeline stage: 8 at PP 2 ... 32 at PP 8 (the seed's)
 CHUNKS = (2, 3, 4, 6)   # v, where it divides the layers per stage
 PROFILE_ITERS = 10
-RECORDED_PP = 2                   # the pipeline recorded on two GPUs: its bubble sweep, profiled steps, parity
-RECORDED_VPP = {2: (2, 3, 4, 6), 8: (2, 3, 4, 6)}   # at PP 2: m -> the chunk counts v recorded (timed alone)
-RECORDED_LAYOUTS = ((1, 1), (2, 1), (1, 2))   # (tp, vpp) of the layouts recorded on PP 2's GPUs: PP 2, TP 2 + SP, PP 2 × VPP 2
+# What each recorded pipeline degree p of gpt-8.3b answers (its stage alone on one GPU: every m; its
+# profiled steps: 1F1B and the fewest chunks at m = 2p): "m", the bubble sweep's micro-batch counts;
+# "vpp", m -> the chunk counts v recorded; "layouts", (tp, vpp) of the layouts recorded on p GPUs.
+RECORDED = {
+    2: {"m": (1, 2, 4, 8), "vpp": {2: (2, 3, 4, 6), 8: (2, 3, 4, 6)},
+        "layouts": ((1, 1), (2, 1), (1, 2))},     # PP 2, TP 2 + SP, PP 2 × VPP 2
+    4: {"m": (1, 2, 4, 8), "vpp": {}, "layouts": ()},   # m = 16 (micro-batch 1), v and layouts: queued
+}
+RECORDED_PP = tuple(RECORDED)     # (2, 4)
 
 
 def _microbatches(gbs: int) -> list[int]:
@@ -82,27 +91,30 @@ def _plan(gpus: int = 2, iters: int = ITERS) -> dict:
 
 def runs(gpus: int = 2, iters: int = ITERS) -> dict:
     """What the records answer, whatever `gpus`: the 4-GPU parity layouts (4× H200), one out-of-memory run,
-    PP 2's stage alone on one H200, and gpt-8.3b on PP 2 (two H200s): bubble sweep, every v at m = 2 and
-    m = 8, profiled steps, layouts, parity."""
+    and per recorded pipeline p of gpt-8.3b (`RECORDED`): its stage alone on one H200, the bubble sweep's
+    recorded m, the chunk counts, profiled steps and layouts recorded; PP 2's parity."""
     base = _llama_350m().replace(gpus=4)
-    two, p = _plan(RECORDED_PP, iters), RECORDED_PP
+    plans = {p: _plan(p, iters) for p in RECORDED_PP}   # p is each plan's largest pipeline: its profiles, layouts
     return {
         # 3. why the chapter's model needs a pipeline: gpt-8.3b on one H200, recorded out of memory (micro-batch 16)
         "one_gpu": presets.get(MODEL).replace(mbs=16, gbs=16, impl="local", iters=5),
-        # 1. the step without bubble: PP 2's stage (36 layers) alone on one GPU, m = 1, 2, 4, 8 at global batch 8
-        "one_stage": {p: two["one_stage"][p]},
-        # 1. the bubble measured: PP 2, m = 1, 2, 4, 8 at global batch 8, each run alone on the host
-        "bubble": {p: two["bubble"][p]},
+        # 1. the step without bubble: a PP p stage's layers alone on one GPU, every m at p's global batch
+        "one_stage": {p: plans[p]["one_stage"][p] for p in RECORDED_PP},
+        # 1. the bubble measured: PP p at the recorded m, global batch 4p
+        "bubble": {p: [c for c in plans[p]["bubble"][p] if c.num_microbatches in RECORDED[p]["m"]]
+                   for p in RECORDED_PP},
         # 2. interleaving measured: PP 2 × VPP v at m = 2 (the largest bubble the schedule allows) and m = 8 (mbs 1)
-        "vpp": {p: {m: [c for c in two["vpp"][p][m] if c.vpp in vs] for m, vs in RECORDED_VPP.items()}},
-        # 4. the measured schedules: one profiled step of 1F1B and of PP 2 × VPP 2, m = 4
-        "profile": {p: two["profile"][p]},
-        # 5. layouts on PP 2's two GPUs: PP 2, TP 2 + SP and PP 2 × VPP 2, micro-batch 1
-        "layouts": {p: [c for c in two["layouts"][p] if (c.tp, c.vpp) in RECORDED_LAYOUTS]},
+        "vpp": {p: {m: [c for c in plans[p]["vpp"][p][m] if c.vpp in vs] for m, vs in RECORDED[p]["vpp"].items()}
+                for p in RECORDED_PP if RECORDED[p]["vpp"]},
+        # 4. the measured schedules: one profiled step of 1F1B and of PP p × VPP 2, m = 2p
+        "profile": {p: plans[p]["profile"][p] for p in RECORDED_PP},
+        # 5. layouts on PP p's p GPUs (PP 2: PP 2, TP 2 + SP and PP 2 × VPP 2, micro-batch 1)
+        "layouts": {p: [c for c in plans[p]["layouts"][p] if (c.tp, c.vpp) in RECORDED[p]["layouts"]]
+                    for p in RECORDED_PP if RECORDED[p]["layouts"]},
         # 6. still correct: PP 4, PP 4 × VPP 2, TP 2 × PP 2 against one GPU (mbs 4, gbs 16: m = 4) ...
         "parity": [Parity(base.replace(pp=4)), Parity(base.replace(pp=4, vpp=2)), Parity(base.replace(tp=2, pp=2))],
         # ... and PP 2, PP 2 × VPP 2 on two GPUs against the same one-GPU reference
-        "parity_pp2": [q for q in two["parity"] if q.cfg.pp == p],
+        "parity_pp2": [q for q in plans[2]["parity"] if q.cfg.pp == 2],
     }
 
 
