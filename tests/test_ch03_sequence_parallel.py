@@ -17,27 +17,44 @@ def _keys(found) -> set:
 
 
 def test_the_store_answers_every_run():
-    assert recording.plan("ch03", gpus=2, missing_only=True) == []
-    assert recording.plan("ch03", gpus=2, gpu="H100", missing_only=True) == []
+    for gpus in (2, 4):
+        assert recording.plan("ch03", gpus=gpus, missing_only=True) == []
+        assert recording.plan("ch03", gpus=gpus, gpu="H100", missing_only=True) == []
     assert [line for line in recording.plan("ch03", gpus=2, pending=True) if line != "wait"] == []   # nothing queued at TP 2
-    assert set(chapters.runs("ch03", 2)["recompute_modules_tp"]) == set(ch03.RECORDED_MODULES_TP) == {2}
+    assert set(chapters.runs("ch03", 4)["recompute_modules_tp"]) == set(ch03.RECORDED_MODULES_TP) == {2, 4}
+
+
+def test_at_tp4_only_the_gpt22b_fits_are_left():
+    """Four GPUs: every TP 4 run is recorded but gpt-22b's four fit searches, which stay queued."""
+    missing = [line for line in recording.plan("ch03", gpus=4, pending=True, missing_only=True) if line != "wait"]
+    assert len(missing) == 4 and all(" fit --name gpt-22b " in line and "--tp 4 " in line for line in missing)
+    queued = chapters.pending("ch03", 4)
+    assert set(queued["fit_mbs"]) == {4} and not [k for k, v in queued.items() if k != "fit_mbs" and v]
 
 
 @pytest.mark.parametrize("gpus", [1, 2, 4, 8])
 def test_runs_do_not_change_with_the_gpu_count_and_pending_is_apart(gpus):
-    """One-GPU runs and the recorded TP 2 runs are read: 4 and 8 GPUs read the same ones, 1 GPU only the
-    one-GPU ones; what 4 and 8 GPUs add (TP 4, TP 8, the MLP's recompute there) is queued, legal and apart."""
+    """One-GPU runs and the recorded TP runs are read: 8 GPUs read the same ones as 4, 2 GPUs TP 2's, 1 GPU
+    only the one-GPU ones; what 4 and 8 GPUs add beyond the records (gpt-22b's fits, TP 8) is queued, legal
+    and apart."""
     found = chapters.runs("ch03", gpus)
     if gpus == 1:
         assert all(_cfg(i).gpus == 1 for i in specs.items(found))
     else:
-        assert _keys(found) == _keys(chapters.runs("ch03", 2))
-        assert set(found["per_layer_tp"]) == set(found["fit_mbs"]) == set(ch03.RECORDED_TP)
+        recorded = {t for t in ch03.RECORDED_TP if t <= gpus}
+        assert set(found["per_layer_tp"]) == set(found["recompute_tp"]) == recorded
+        assert set(found["fit_mbs"]) == {t for t in ch03.RECORDED_FIT_TP if t <= gpus} == {2}
+        assert {p.cfg.tp for p in found["profile_tp"]} == recorded
+        assert {p.cfg.tp for p in [*found["parity"], *found["parity_selective"]]} == recorded
+    if gpus == 8:
+        assert _keys(found) == _keys(chapters.runs("ch03", 4))
     queued = chapters.pending("ch03", gpus)
     for item in specs.items(queued):
-        _cfg(item).validate()
-        assert _cfg(item).gpus <= gpus
-        assert _cfg(item).tp not in ch03.RECORDED_TP or _cfg(item).tp not in ch03.RECORDED_MODULES_TP
+        cfg = _cfg(item)
+        cfg.validate()
+        assert cfg.gpus <= gpus
+        if cfg.tp in ch03.RECORDED_TP:        # at a recorded degree only the fits can be queued
+            assert cfg.tp not in ch03.RECORDED_FIT_TP and cfg.name == ch03.BIG_WIDE
     assert not _keys(queued) & _keys(found)
     assert (gpus > 2) == bool(list(specs.items(queued)))   # TP 2 is all recorded
 
@@ -80,35 +97,54 @@ def test_the_tp2_fits_are_settled_inside_their_windows(layout):
 
 
 def test_the_profiled_steps_keep_kernels_by_kind():
-    found = chapters.runs("ch03", 2)
+    found = chapters.runs("ch03", 4)
     for item in found["profile_recompute_1gpu"]:
         profile = item.run("cached", quiet=True).record["profile"]
         assert set(profile["kernel_s_per_step"]) >= {"gemm", "attention", "other"}
         assert profile["timeline"]["kernels"]
-    for item in found["profile_tp"]:     # TP 2 with and without SP: the NCCL kernels are there
+    for item in found["profile_tp"]:     # TP 2 and TP 4, with and without SP: the NCCL kernels are there
         profile = item.run("cached", quiet=True).record["profile"]
         assert set(profile["kernel_s_per_step"]) >= {"gemm", "attention", "other", "nccl"}
 
 
-def test_the_tp2_runs_are_read_from_the_store():
-    """Per-layer pairs and the recompute runs at TP 2 have records with act_gib and a step time."""
+@pytest.mark.parametrize("t", [2, 4])
+def test_the_tp_runs_are_read_from_the_store(t):
+    """Per-layer pairs, the MLP's recompute and the recompute runs at TP 2 and TP 4 have records with act_gib
+    and a step time; the parities pass."""
     import megalab
-    found = chapters.runs("ch03", 2)
-    for pair in found["per_layer_tp"][2].values():
+    found = chapters.runs("ch03", 4)
+    for pair in [*found["per_layer_tp"][t].values(), found["per_layer_modules"][t]]:
         assert all(megalab.run(c, "cached", quiet=True).summary["act_gib"] > 0 for c in pair)
-    for c in found["recompute_tp"][2]:
+    for c in [*found["recompute_tp"][t], found["recompute_modules_tp"][t]]:
         assert megalab.run(c, "cached", quiet=True).summary["step_time_s"] > 0
     for p in [*found["parity"], *found["parity_selective"]]:
-        assert p.run("cached", quiet=True).passes
+        if p.cfg.tp == t:
+            assert p.run("cached", quiet=True).passes
 
 
-def test_sp_runs_more_and_shorter_nccl_kernels_than_tp():
-    """profiles.nccl_kernels on the two profiled TP 2 steps: SP has at least twice TP's collectives in the
+def test_sp_saves_more_of_a_layer_at_tp4_than_at_tp2():
+    """Korthikanti et al. 2022 (Table 2): SP divides the 10 units TP leaves whole by t, so its share of a
+    layer grows with t: 1 - 17/22 at TP 2, 1 - 8.5/16 at TP 4 (TE's attention); the records follow."""
+    import megalab
+    found = chapters.runs("ch03", 4)
+
+    def per_layer(pair):
+        lo, hi = (megalab.run(c, "cached", quiet=True).summary["act_gib"] for c in pair)
+        return (hi - lo) / (pair[1].layers - pair[0].layers)
+    saved = {t: 1 - per_layer(found["per_layer_tp"][t]["tp_sp"]) / per_layer(found["per_layer_tp"][t]["tp"])
+             for t in (2, 4)}
+    assert saved[2] == pytest.approx(1 - 17 / 22, abs=0.03) and saved[4] == pytest.approx(1 - 8.5 / 16, abs=0.03)
+    assert saved[4] > saved[2]
+
+
+@pytest.mark.parametrize("t", [2, 4])
+def test_sp_runs_more_and_shorter_nccl_kernels_than_tp(t):
+    """profiles.nccl_kernels on the two profiled steps at TP t: SP has at least twice TP's collectives in the
     layers, and its typical kernel is shorter than TP's all-reduce (half the bytes each)."""
     from megalab import profiles
-    got = {p.cfg.sp: profiles.nccl_kernels(p.run("cached", quiet=True).record["profile"])
-           for p in chapters.runs("ch03", 2)["profile_tp"]}
-    layers = chapters.runs("ch03", 2)["profile_tp"][0].cfg.layers
+    steps = [p for p in chapters.runs("ch03", 4)["profile_tp"] if p.cfg.tp == t]
+    got = {p.cfg.sp: profiles.nccl_kernels(p.run("cached", quiet=True).record["profile"]) for p in steps}
+    layers = steps[0].cfg.layers
     assert len(got[False]) >= 4 * layers and len(got[True]) >= 8 * layers
     assert (got[True] > 0).all() and got[True].quantile(0.25) < got[False].quantile(0.25)
 

@@ -5,9 +5,10 @@ formula counts exist. Activation memory per layer is measured as the difference 
 counts (the trainer's `act_gib`: memory allocated between the start of the first forward pass and its
 loss), which cancels the embedding, the logits and the loss.
 
-`runs` holds what the records answer (one GPU, and TP 2 on two GPUs: RECORDED_TP); `pending` the
-multi-GPU runs queued for the chapter's next version (TP 4 and 8), built by the same definitions so that
-their keys do not change when they move into `runs`.
+`runs` holds what the records answer (one GPU, TP 2 on two GPUs and TP 4 on four: RECORDED_TP; the fits only
+at TP 2: RECORDED_FIT_TP); `pending` the multi-GPU runs queued for the chapter's next version (gpt-22b's fits
+at TP 4, everything at TP 8), built by the same definitions so that their keys do not change when they move
+into `runs`.
 """
 
 from __future__ import annotations
@@ -17,11 +18,14 @@ from megalab.specs import ITERS, PARITY_ITERS, Fit, Parity, Profiled, degrees
 
 LAYERS = (4, 8)   # two depths: their difference is what one layer keeps
 FIT_ITERS = 5     # a fit probe needs the peak of a step, not a timing
-RECORDED_TP = (2,)         # TP degrees whose per-layer pairs, profiled steps, fits and recompute runs are recorded
-RECORDED_SP_PARITY = (2,)  # TP degrees whose TP + SP parity is recorded
-RECORDED_SP_SELECTIVE_PARITY = (2,)  # ... and TP + SP + selective recomputation parity
-RECORDED_MODULES_TP = (2,)  # TP degrees whose recompute of chosen modules (MODULES) is recorded (session 15, on a
-                            # second 2xH200 host; the first runs met a megatron-core bug, retracted)
+RECORDED_TP = (2, 4)       # TP degrees whose per-layer pairs, profiled steps and recompute runs are recorded
+RECORDED_FIT_TP = (2,)     # ... and whose fits (BIG's largest micro-batch per layout) are recorded: gpt-22b's at TP 4
+                           # are queued
+RECORDED_SP_PARITY = (2, 4)  # TP degrees whose TP + SP parity is recorded
+RECORDED_SP_SELECTIVE_PARITY = (2, 4)  # ... and TP + SP + selective recomputation parity
+RECORDED_MODULES_TP = (2, 4)  # TP degrees whose recompute of chosen modules (MODULES) is recorded (TP 2: session 15,
+                              # on a second 2xH200 host, the first runs having met a megatron-core bug, retracted;
+                              # TP 4: on the 4xH200 host of the other TP 4 timings)
 MODULES = "mlp"            # Megatron's recompute_modules beyond the default core_attn: the MLP, re-run from its input
 BIG = {2: "gpt-8.3b"}      # the model whose largest micro-batch each layout fits, by TP degree (TP 2: recorded) ...
 BIG_WIDE = "gpt-22b"       # ... and at TP >= 4: the seed's GPT-22B experiment at half its TP (theory on an H200 at
@@ -58,9 +62,10 @@ def _stable(t: int, **kw) -> Parity:
         iters=PARITY_ITERS, gpus=t, tp=t, sp=True, **kw))
 
 
-def _tp(ts: list, iters: int, gpu: str) -> dict:
-    """TP and SP at each TP degree of `ts`: per-layer memory, profiled collectives, what fits (gpt-8.3b at
-    TP 2, gpt-22b from TP 4 on: BIG), what recompute costs."""
+def _tp(ts: list, iters: int, gpu: str, fit_ts: list | None = None) -> dict:
+    """TP and SP at each TP degree of `ts`: per-layer memory, profiled collectives, what recompute costs; and
+    what fits (gpt-8.3b at TP 2, gpt-22b from TP 4 on: BIG) at each degree of `fit_ts` (default: `ts`)."""
+    fit_ts = ts if fit_ts is None else fit_ts
     shape, one = _shape(iters), _one(iters)
     big = lambda t: presets.get(BIG.get(t, BIG_WIDE)).replace(seq=2048, dropout=0.1, iters=iters)  # noqa: E731
     return {
@@ -70,7 +75,7 @@ def _tp(ts: list, iters: int, gpu: str) -> dict:
                        for sp in (False, True)],
         # what fits: the largest micro-batch of BIG's model per layout
         "fit_mbs": {t: {name: Fit(big(t).replace(mbs=1, gbs=1, iters=FIT_ITERS, **kw), "mbs", gpu)
-                        for name, kw in _variants(t).items()} for t in ts},
+                        for name, kw in _variants(t).items()} for t in fit_ts},
         "recompute_tp": {t: [one.replace(gpus=t, tp=t, sp=True, mbs=8, gbs=8, recompute=r)
                              for r in ("none", "selective", "full")] for t in ts},
     }
@@ -88,9 +93,9 @@ def _modules(ts: list, iters: int) -> dict:
 def runs(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
     """What the records answer: one layer term by term, what recompute costs on one GPU and where its time
     goes (profiled steps), the largest micro-batch with and without full recompute; TP and SP at the
-    recorded TP degrees (RECORDED_TP: per-layer memory, profiled collectives, gpt-8.3b's fits, recompute
-    cost); and TP + SP, with and without selective recompute, against one GPU. `gpus`: the most GPUs to
-    scale to (4 and 8 read the same records as 2)."""
+    recorded TP degrees (RECORDED_TP: per-layer memory, profiled collectives, recompute cost; RECORDED_FIT_TP:
+    gpt-8.3b's fits); and TP + SP, with and without selective recompute, against one GPU. `gpus`: the most GPUs to
+    scale to (2 reads TP 2, 4 and 8 read TP 2 and TP 4)."""
     shape, one = _shape(iters), _one(iters)
     ts = degrees(gpus)
     return {
@@ -108,7 +113,7 @@ def runs(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
         # the same on one 80 GB H100, by the trainer that also times each forward and backward pass (profile.schedule)
         "profile_recompute_h100": [Profiled(one.replace(recompute=r), "H100") for r in ("none", "selective", "full")],
         # 3. TP and SP at the recorded degrees
-        **_tp([t for t in ts if t in RECORDED_TP], iters, gpu),
+        **_tp([t for t in ts if t in RECORDED_TP], iters, gpu, [t for t in ts if t in RECORDED_FIT_TP]),
         **_modules([t for t in ts if t in RECORDED_MODULES_TP], iters),
         # 4. still correct: TP + SP, and TP + SP + selective recompute, against one GPU
         "parity": [_stable(t) for t in ts if t in RECORDED_SP_PARITY],
@@ -117,12 +122,12 @@ def runs(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
 
 
 def pending(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
-    """Queued for the next version: TP and SP at the TP degrees not recorded yet (4 and 8: per-layer memory,
-    profiled collectives, what fits gpt-22b, recompute cost), the MLP's recompute at the degrees not
-    recorded, and their parities."""
+    """Queued for the next version: TP and SP at the TP degrees not recorded yet (8: per-layer memory, profiled
+    collectives, recompute cost), what fits gpt-22b where its fits are not recorded (4 and 8), the MLP's
+    recompute at the degrees not recorded, and their parities."""
     tops = [t for t in degrees(gpus) if t > 1]
     return {
-        **_tp([t for t in tops if t not in RECORDED_TP], iters, gpu),
+        **_tp([t for t in tops if t not in RECORDED_TP], iters, gpu, [t for t in tops if t not in RECORDED_FIT_TP]),
         **_modules([t for t in tops if t not in RECORDED_MODULES_TP], iters),
         # still correct: TP + SP + selective recompute, and TP + SP, at the degrees not recorded yet
         "parity": [_stable(t, recompute="selective") for t in tops if t not in RECORDED_SP_SELECTIVE_PARITY]
