@@ -153,3 +153,27 @@ def test_a_calibrated_model_ranks_when_given(store, tmp_path):
     assert plain.caveat == search.CAVEAT and "host_s" not in plain.frame().columns
     with pytest.raises(ValueError, match="calibrated on H200, the search is for H100"):
         search.search(GPT8, 2, gpu="H100", gbs=32, seq=2048, store=store, model=cal)
+
+
+def test_a_recorded_out_of_memory_run_caps_what_the_search_trusts(store):
+    """theory.memory under-counted chapter 07's MoE model (EP 2 predicted at 122 GiB ran out of memory on a
+    141 GiB H200): a recorded OOM of the same model on the same GPU model caps the search at its prediction.
+    Another model's OOM, another GPU model's and a retracted record leave the ranking alone."""
+    from run_records import record
+    free = search.search(GPT8, 2, gbs=32, seq=2048, top=None, store=store)
+    assert free.memory_cap is None and "ran out of memory" not in free.summary()
+    mems = sorted(c.mem_gib for c in free)
+    oom = next(c.cfg for c in free if c.mem_gib == mems[len(mems) // 2])        # a mid-ranked prediction
+    store.append(record(presets.get("gpt2-xl").replace(mbs=64, gbs=64), status="oom"))   # another model
+    store.append(record(oom, status="oom", gpu="NVIDIA H100 80GB HBM3"))                     # another card
+    retracted = record(oom, status="oom")
+    store.append(retracted)
+    with open(store.root / "errata.jsonl", "a") as f:
+        f.write(json.dumps({"ids": [retracted["id"]], "reason": "test"}) + "\n")
+    assert search.search(GPT8, 2, gbs=32, seq=2048, top=None, store=store).ranked == free.ranked
+    store.append(record(oom.replace(seq=1024, gbs=16), status="oom"))          # same model, another batch and sequence
+    cap = theory.memory(oom.replace(seq=1024, gbs=16), "H200")["total"]
+    capped = search.search(GPT8, 2, gbs=32, seq=2048, top=None, store=store)
+    assert capped.memory_cap == pytest.approx(cap) and all(c.mem_gib < cap for c in capped)
+    assert capped.ranked == sum(m < cap for m in mems) and capped.too_big == free.too_big + free.ranked - capped.ranked
+    assert f"at or above {cap:.1f} GiB" in capped.summary()

@@ -9,8 +9,8 @@
 Enumerates tp, pp (vpp where it divides the layers per stage), cp, ep and etp (MoE models), sp (tp > 1),
 every micro-batch size dividing gbs/dp, recompute none/selective/full and the distributed optimizer (when
 there is a data-parallel group to shard over); dp = gpus/(tp·pp·cp). Nothing here decides what may run:
-`layout_rules.problems` refuses what Megatron would, `theory.memory` drops what is predicted not to fit,
-and `theory.step_time_estimate` ranks the rest, at the matmul rate and bus bandwidth recorded for the GPU
+`layout_rules.problems` refuses what Megatron would, `theory.memory` drops what is predicted not to fit
+(or to need at least what a recorded run of the same model ran out of memory at: `memory_cap`), and `theory.step_time_estimate` ranks the rest, at the matmul rate and bus bandwidth recorded for the GPU
 model by `megalab bench` when the store has them, else at the datasheet's; `model=calibration.calibrate()`
 ranks with the step-time model calibrated on the book's records instead. Each candidate says why it is
 not first: the term of its predicted step time (or memory) furthest above the best's.
@@ -26,7 +26,7 @@ from megalab import theory
 from megalab.config import InvalidLayout, RunConfig
 from megalab.theory.flops import spec
 
-__all__ = ["AXES", "Candidate", "Ranking", "UnknownAxis", "search"]
+__all__ = ["AXES", "Candidate", "Ranking", "UnknownAxis", "memory_cap", "search"]
 
 # Said with every ranking until chapter 07 calibrates the model on the book's records: the roofline's
 # compute ignores micro-batch and GEMM shape, takes one bus bandwidth for every collective, charges the
@@ -90,6 +90,8 @@ class Ranking:
     ranked: int                # valid and fitting (candidates holds the first `top` of them)
     rates: str                 # where the matmul rate and the bus bandwidth come from (or which model ranked)
     caveat: str = CAVEAT       # what the ranking's predictions are worth, printed above the table
+    memory_cap: float | None = None   # GiB: the smallest prediction at which a recorded run of this model ran
+                                      # out of memory on this GPU model (None: no such run); nothing at or above it ranks
 
     def __iter__(self) -> Iterator[Candidate]:
         return iter(self.candidates)
@@ -102,8 +104,10 @@ class Ranking:
 
     def summary(self) -> str:
         """One line: what was searched, how many layouts were dropped for which reason, which rates ranked them."""
+        cap = "" if self.memory_cap is None else (f" (at or above {self.memory_cap:.1f} GiB, where a recorded run "
+                                                  f"of this model ran out of memory)")
         return (f"{self.model} on {self.gpus}x {self.gpu}, gbs {self.gbs}, seq {self.seq}: {self.enumerated} layouts, "
-                f"{self.invalid} refused by Megatron's rules, {self.too_big} predicted not to fit, "
+                f"{self.invalid} refused by Megatron's rules, {self.too_big} predicted not to fit{cap}, "
                 f"{self.ranked} ranked; {self.rates}")
 
     def frame(self):
@@ -201,6 +205,31 @@ def _rates(gpu: str, dtype: str, gpus: int, store) -> tuple[float | None, float 
     return tflops, bw, "rates: " + ", ".join(said)
 
 
+def _architecture(cfg: RunConfig) -> tuple:
+    """What makes two configurations the same model, whatever their layout, batch and sequence."""
+    return (cfg.name, cfg.layers, cfg.hidden, cfg.heads, cfg.ffn_size, cfg.vocab, cfg.experts, cfg.moe_ffn_size, cfg.topk)
+
+
+def memory_cap(store, model_cfg: RunConfig, gpu: str) -> float | None:
+    """The smallest memory theory.memory predicts for a recorded out-of-memory run of `model_cfg`'s model
+    (any layout, batch or sequence) on GPU model `gpu`, in GiB; None when there is none. Such a run needed
+    more than the card holds, so theory under-counts this model by at least the card over that prediction:
+    the search ranks nothing predicted at or above it (chapter 07's MoE case: EP 2 predicted at 122 GiB ran
+    out of memory on a 141 GiB H200). Retracted records (errata) do not count."""
+    from megalab.store import same_gpu_model
+    retracted, arch, caps = set(store.errata()), _architecture(model_cfg), []
+    for r in store.load("run", status="oom"):
+        if r.get("id") in retracted or not same_gpu_model((r.get("env") or {}).get("gpu_name"), gpu):
+            continue
+        try:
+            cfg = RunConfig.from_dict(r["config"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if _architecture(cfg) == arch:
+            caps.append(theory.memory(cfg, gpu)["total"])
+    return min(caps) if caps else None
+
+
 def _measured_index(store, gpu: str) -> dict[str, float | None]:
     """Loose config key -> step time of the newest clean ok record on this GPU model (timings.timed)."""
     from megalab import timings
@@ -293,6 +322,7 @@ def search(model_cfg: RunConfig, gpus: int, gpu: str = "H200", gbs: int | None =
         rates = model.summary() if hasattr(model, "summary") else f"ranked by {type(model).__name__}"
         score, caveat = (lambda cfg: _modelled(cfg, model)), CALIBRATED
     measured = _measured_index(store, name)
+    cap = memory_cap(store, base, name)
     enumerated = invalid = too_big = 0
     scored = []
     for cfg in _layouts(base, gpus, limits):
@@ -301,7 +331,7 @@ def search(model_cfg: RunConfig, gpus: int, gpu: str = "H200", gbs: int | None =
             invalid += 1
             continue
         mem = theory.memory(cfg, name)
-        if not mem["fits"]:
+        if not mem["fits"] or (cap is not None and mem["total"] >= cap):
             too_big += 1
             continue
         scored.append({**score(cfg), "mem_gib": mem["total"]})
@@ -315,4 +345,4 @@ def search(model_cfg: RunConfig, gpus: int, gpu: str = "H200", gbs: int | None =
         candidates.append(Candidate(rank=i + 1, why=_why(s, scored[0]) if i else "", measured=ms is not False,
                                     measured_s=ms or None, **s))
     return Ranking(candidates, model_cfg.name, gpus, name, gbs, seq, enumerated, invalid, too_big, len(scored), rates,
-                   caveat)
+                   caveat, cap)
