@@ -113,6 +113,10 @@ def test_schedule_stages_reads_idle_share_and_order():
     assert list(stages.index) == [0, 1] and stages.at[0, "order"] == [("F", 0, 0), ("B", 0, 0)]
     assert stages.at[0, "idle_share"] == pytest.approx(0.4) and stages.at[1, "idle_share"] == pytest.approx(0.6)
     assert stages.at[0, "backward_s"] == pytest.approx(2.0) and profiles.schedule_stages({}).empty
+    summary = profiles.schedule_summary({"schedule": {"step": 3, "stages": sched}})
+    assert (summary["busiest"], summary["busy_s"], summary["rest_busy_hi"], summary["span_s"]) == (0, 3.0, 2.0, 5.0)
+    assert summary["idle_share"] == pytest.approx(0.4) and summary["rest_idle_lo"] == pytest.approx(0.6)
+    assert summary["in_order"] is True and profiles.schedule_summary({}) == {}
 
 
 @pytest.mark.parametrize("p, which", [(2, 0), (2, 1), (4, 0), (4, 1)],
@@ -129,6 +133,7 @@ def test_the_measured_schedules_run_megatrons_order(p, which):
     for s in stages.index:
         assert stages.at[s, "order"] == theory.stage_order(cfg.pp, cfg.num_microbatches, cfg.vpp, s)
         assert 0 < stages.at[s, "idle_share"] < 1
+    assert profiles.schedule_summary(prof)["in_order"]
     for tasks in prof["schedule"]["stages"].values():
         start = {(t["kind"], t["microbatch"], t["chunk"]): t["start_s"] for t in tasks}
         assert all(t["end_s"] > t["start_s"] for t in tasks)

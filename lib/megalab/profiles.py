@@ -35,8 +35,8 @@ Is the work balanced across ranks? A trainer that profiles every rank keeps each
 from __future__ import annotations
 
 __all__ = ["timeline", "by_kind", "kernel_ms", "extra_over", "union_seconds", "gpu_busy", "made_before", "side_profiles", "compare",
-           "schedule_tasks", "nccl_streams", "hidden", "schedule_stages", "schedule_ideal", "nccl_kernels",
-           "rank_times"]
+           "schedule_tasks", "nccl_streams", "hidden", "schedule_stages", "schedule_ideal", "schedule_summary",
+           "nccl_kernels", "rank_times"]
 
 from collections.abc import Iterable
 
@@ -227,6 +227,26 @@ def schedule_ideal(profile: dict) -> list:
     tf, tb = (_mean([t["end_s"] - t["start_s"] for t in every if t["kind"] == k]) for k in "FB")
     return [{"row": f"stage {t['stage']}", "start_s": t["start"], "end_s": t["end"], "label": t["microbatch"],
              "kind": t["kind"] + (str(t["chunk"]) if v > 1 else "")} for t in schedule(len(stages), m, v, tf, tb)]
+
+
+def schedule_summary(profile: dict) -> dict:
+    """One measured pipeline step (`profile.schedule`) in numbers: `busiest`, the stage busy longest (it sets the
+    step), with its busy_s and idle_share (schedule_stages); the other stages' least and most of each
+    (rest_busy_lo/hi, rest_idle_lo/hi); span_s; span_ideal_s, schedule_ideal's span (equal stages, free sends);
+    in_order, whether every stage ran its passes in theory.stage_order's order. {} if the run kept no schedule."""
+    from megalab.theory import stage_order
+    t = schedule_stages(profile)
+    if t.empty:
+        return {}
+    every = [x for ts in _passes(profile).values() for x in ts]
+    m, v = (1 + max(x[k] for x in every) for k in ("microbatch", "chunk"))
+    busiest = int(t["busy_s"].idxmax())
+    rest = t.drop(busiest)
+    return {"busiest": busiest, "busy_s": t.loc[busiest, "busy_s"], "idle_share": t.loc[busiest, "idle_share"],
+            "rest_busy_lo": rest["busy_s"].min(), "rest_busy_hi": rest["busy_s"].max(),
+            "rest_idle_lo": rest["idle_share"].min(), "rest_idle_hi": rest["idle_share"].max(),
+            "span_s": t["span_s"].iloc[0], "span_ideal_s": max(x["end_s"] for x in schedule_ideal(profile)),
+            "in_order": all(t.loc[s, "order"] == stage_order(len(t), m, v, s) for s in t.index)}
 
 
 def nccl_streams(profile: dict) -> dict:
