@@ -62,7 +62,7 @@ def test_runs_do_not_change_with_the_gpu_count_and_pending_is_apart(gpus):
 def test_moving_runs_out_of_pending_kept_their_keys():
     """What 8 GPUs read and queue is the same set of runs as one definition at every TP degree."""
     both = _keys(chapters.runs("ch03", 8)) | _keys(chapters.pending("ch03", 8))
-    every = _keys(ch03._tp([2, 4, 8], ch03.ITERS, "H200"))
+    every = _keys(ch03._tp([2, 4, 8], ch03.ITERS, "H200", [2, 4, 8]))
     assert every <= both
     assert {p.cfg.key for t in (2, 4, 8) for p in (ch03._stable(t), ch03._stable(t, recompute="selective"))} <= both
 

@@ -10,7 +10,8 @@ Enumerates tp, pp (vpp where it divides the layers per stage), cp, ep and etp (M
 every micro-batch size dividing gbs/dp, recompute none/selective/full and the distributed optimizer (when
 there is a data-parallel group to shard over); dp = gpus/(tp·pp·cp). Nothing here decides what may run:
 `layout_rules.problems` refuses what Megatron would, `theory.memory` drops what is predicted not to fit
-(or to need at least what a recorded run of the same model ran out of memory at: `memory_cap`), and `theory.step_time_estimate` ranks the rest, at the matmul rate and bus bandwidth recorded for the GPU
+(or to need at least what a recorded run of the same model ran out of memory at: `memory_cap`), and
+`theory.step_time_estimate` ranks the rest, at the matmul rate and bus bandwidth recorded for the GPU
 model by `megalab bench` when the store has them, else at the datasheet's; `model=calibration.calibrate()`
 ranks with the step-time model calibrated on the book's records instead. Each candidate says why it is
 not first: the term of its predicted step time (or memory) furthest above the best's.
@@ -216,17 +217,8 @@ def memory_cap(store, model_cfg: RunConfig, gpu: str) -> float | None:
     more than the card holds, so theory under-counts this model by at least the card over that prediction:
     the search ranks nothing predicted at or above it (chapter 07's MoE case: EP 2 predicted at 122 GiB ran
     out of memory on a 141 GiB H200). Retracted records (errata) do not count."""
-    from megalab.store import same_gpu_model
-    retracted, arch, caps = set(store.errata()), _architecture(model_cfg), []
-    for r in store.load("run", status="oom"):
-        if r.get("id") in retracted or not same_gpu_model((r.get("env") or {}).get("gpu_name"), gpu):
-            continue
-        try:
-            cfg = RunConfig.from_dict(r["config"])
-        except (KeyError, TypeError, ValueError):
-            continue
-        if _architecture(cfg) == arch:
-            caps.append(theory.memory(cfg, gpu)["total"])
+    arch = _architecture(model_cfg)
+    caps = [theory.memory(cfg, gpu)["total"] for cfg, _ in store.runs_on(gpu, "oom") if _architecture(cfg) == arch]
     return min(caps) if caps else None
 
 

@@ -143,6 +143,19 @@ class Store:
         never edited or removed; an erratum (one line: {"ids": [...], "reason": ...}) retracts it instead."""
         return {i: e.get("reason", "") for e in _read(self.root / ERRATA) for i in e.get("ids", [])}
 
+    def runs_on(self, gpu_model: str, status: str):
+        """(RunConfig, record) of each run of `status` on GPU model `gpu_model` (same_gpu_model), in file order,
+        less the retracted ones (errata) and those whose config no longer loads."""
+        from megalab.config import RunConfig
+        retracted = set(self.errata())
+        for r in self.load("run", status=status):
+            if r.get("id") in retracted or not same_gpu_model((r.get("env") or {}).get("gpu_name"), gpu_model):
+                continue
+            try:
+                yield RunConfig.from_dict(r["config"]), r
+            except (KeyError, TypeError, ValueError):
+                continue
+
     def find(self, cfg_or_key, gpu_name: str | None = None, status: str | None = None,
              exclude: Iterable[str] = (), gpu_model: str | None = None, profiled: bool | None = None) -> list[dict]:
         """Records of this configuration (a RunConfig or its key), newest first; retracted ones (errata) left out.

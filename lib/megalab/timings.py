@@ -24,19 +24,10 @@ def loose_key(cfg) -> str:
 
 def _clean(store, gpu_model: str):
     """(RunConfig, record) of each clean timing on `gpu_model`, oldest first."""
-    from megalab.config import RunConfig
-    from megalab.store import _store, same_gpu_model
-    store = _store(store)
-    retracted = set(store.errata())
-    for r in sorted(store.load("run", status="ok"), key=lambda r: r.get("recorded_at") or ""):
-        tags = r.get("tags") or []
-        if (r.get("id") in retracted or "profile" in tags or "packed" in tags
-                or not same_gpu_model((r.get("env") or {}).get("gpu_name"), gpu_model)):
-            continue
-        try:
-            yield RunConfig.from_dict(r["config"]), r
-        except (KeyError, TypeError, ValueError):
-            continue
+    from megalab.store import _store
+    for cfg, r in sorted(_store(store).runs_on(gpu_model, "ok"), key=lambda cr: cr[1].get("recorded_at") or ""):
+        if not {"profile", "packed"} & set(r.get("tags") or []):
+            yield cfg, r
 
 
 def timed(store, gpu_model: str, keep=None) -> dict:

@@ -62,10 +62,9 @@ def _stable(t: int, **kw) -> Parity:
         iters=PARITY_ITERS, gpus=t, tp=t, sp=True, **kw))
 
 
-def _tp(ts: list, iters: int, gpu: str, fit_ts: list | None = None) -> dict:
+def _tp(ts: list, iters: int, gpu: str, fit_ts: list) -> dict:
     """TP and SP at each TP degree of `ts`: per-layer memory, profiled collectives, what recompute costs; and
-    what fits (gpt-8.3b at TP 2, gpt-22b from TP 4 on: BIG) at each degree of `fit_ts` (default: `ts`)."""
-    fit_ts = ts if fit_ts is None else fit_ts
+    what fits (gpt-8.3b at TP 2, gpt-22b from TP 4 on: BIG) at each degree of `fit_ts`."""
     shape, one = _shape(iters), _one(iters)
     big = lambda t: presets.get(BIG.get(t, BIG_WIDE)).replace(seq=2048, dropout=0.1, iters=iters)  # noqa: E731
     return {
