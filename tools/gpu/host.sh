@@ -21,7 +21,11 @@ fi
 need() { [ -e "$1" ] || { echo "host.sh: part $part needs $2 first ($1 is missing): an earlier call failed or" \
   "this is a fresh host; start again from part lite" >&2; exit 3; }; }
 case $part in
-  a|-) need $root/env.sh "part lite" ;;
+  a) need $root/env.sh "part lite" ;;
+  # a plan after part c needs Transformer Engine: session 17's parts a and b were refused (the tree over 64 MiB),
+  # c stopped, and the next '-' call ran 33 plan lines to failure without TE in 133 s (LITE_ONLY=1: work that needs
+  # no TE, run after part lite alone)
+  -) need $root/env.sh "part lite"; [ "${LITE_ONLY:-0}" = 1 ] || need $root/te.ready "part c" ;;
   b) need $root/tecore.aa "part a" ;;
   c) need $root/tecore.aa "part a"; need $root/tecore.ab "part b" ;;
 esac
@@ -29,6 +33,7 @@ if [ "$part" = a ] && [ -f $root/build.rc ]; then
   cp .gpuwheels/a/tecore.aa $root/ && echo "part a in place (prebuilt torch extension: no compile)"
 elif [ "$part" != - ]; then
   bash .gpuwheels/$part/install.sh $part || exit 1
+  [ "$part" = c ] && touch $root/te.ready
 fi
 . /tmp/gpuenv/env.sh
 export MEGALAB_RESULTS=${OUT:-/tmp/out}

@@ -36,7 +36,8 @@ PROFILE_ITERS = 10
 RECORDED = {
     2: {"m": (1, 2, 4, 8), "vpp": {2: (2, 3, 4, 6), 8: (2, 3, 4, 6)},
         "layouts": ((1, 1), (2, 1), (1, 2))},     # PP 2, TP 2 + SP, PP 2 × VPP 2
-    4: {"m": (1, 2, 4, 8), "vpp": {}, "layouts": ()},   # m = 16 (micro-batch 1), v and layouts: queued
+    4: {"m": (1, 2, 4, 8, 16), "vpp": {4: (2, 3, 6), 16: (2, 3, 6)},
+        "layouts": ((1, 1), (2, 1), (4, 1), (1, 2))},     # PP 4, TP 2 + SP × PP 2, TP 4 + SP, PP 4 × VPP 2
 }
 RECORDED_PP = tuple(RECORDED)     # (2, 4)
 
