@@ -13,23 +13,29 @@ def _cfg(item) -> RunConfig:
 
 
 def _keys(found) -> set:
-    return {_cfg(i).key for i in specs.items(found)}
+    """(key, profiled): a profiled run shares its configuration's key with the timed run, not its record."""
+    return {(_cfg(i).key, isinstance(i, specs.Profiled)) for i in specs.items(found)}
 
 
 def test_the_store_answers_every_run():
     for gpus in (2, 4):
         assert recording.plan("ch03", gpus=gpus, missing_only=True) == []
         assert recording.plan("ch03", gpus=gpus, gpu="H100", missing_only=True) == []
-    assert [line for line in recording.plan("ch03", gpus=2, pending=True) if line != "wait"] == []   # nothing queued at TP 2
+    queued = [line for line in recording.plan("ch03", gpus=2, pending=True) if line != "wait"]   # at TP 2: only the
+    assert len(queued) == 2 and all(" --profile" in line and "--tp 2 " in line for line in queued)  # profiled recompute
     assert set(chapters.runs("ch03", 4)["recompute_modules_tp"]) == set(ch03.RECORDED_MODULES_TP) == {2, 4}
 
 
-def test_at_tp4_only_the_gpt22b_fits_are_left():
-    """Four GPUs: every TP 4 run is recorded but gpt-22b's four fit searches, which stay queued."""
+def test_at_tp4_only_the_gpt22b_fits_and_tp2s_profiled_recompute_are_left():
+    """Four GPUs: every TP 4 run is recorded but gpt-22b's four fit searches, which stay queued, as do TP 2's
+    two profiled recompute steps."""
     missing = [line for line in recording.plan("ch03", gpus=4, pending=True, missing_only=True) if line != "wait"]
-    assert len(missing) == 4 and all(" fit --name gpt-22b " in line and "--tp 4 " in line for line in missing)
+    fits = [line for line in missing if " fit --name gpt-22b " in line and "--tp 4 " in line]
+    profiled = [line for line in missing if " --profile" in line and "--tp 2 " in line]
+    assert len(fits) == 4 and len(profiled) == 2 and len(missing) == 6
     queued = chapters.pending("ch03", 4)
-    assert set(queued["fit_mbs"]) == {4} and not [k for k, v in queued.items() if k != "fit_mbs" and v]
+    assert set(queued["fit_mbs"]) == {4} and set(queued["profile_recompute_tp"]) == {2}
+    assert not [k for k, v in queued.items() if k not in ("fit_mbs", "profile_recompute_tp") and v]
 
 
 @pytest.mark.parametrize("gpus", [1, 2, 4, 8])
@@ -46,6 +52,7 @@ def test_runs_do_not_change_with_the_gpu_count_and_pending_is_apart(gpus):
         assert set(found["fit_mbs"]) == {t for t in ch03.RECORDED_FIT_TP if t <= gpus} == {2}
         assert {p.cfg.tp for p in found["profile_tp"]} == recorded
         assert {p.cfg.tp for p in [*found["parity"], *found["parity_selective"]]} == recorded
+        assert set(found["profile_recompute_tp"]) == {t for t in ch03.RECORDED_PROFILE_RECOMPUTE_TP if t <= gpus}
     if gpus == 8:
         assert _keys(found) == _keys(chapters.runs("ch03", 4))
     queued = chapters.pending("ch03", gpus)
@@ -53,18 +60,19 @@ def test_runs_do_not_change_with_the_gpu_count_and_pending_is_apart(gpus):
         cfg = _cfg(item)
         cfg.validate()
         assert cfg.gpus <= gpus
-        if cfg.tp in ch03.RECORDED_TP:        # at a recorded degree only the fits can be queued
-            assert cfg.tp not in ch03.RECORDED_FIT_TP and cfg.name == ch03.BIG_WIDE
+        if cfg.tp in ch03.RECORDED_TP:        # at a recorded degree only the fits and the profiled recompute steps
+            assert ((cfg.tp not in ch03.RECORDED_FIT_TP and cfg.name == ch03.BIG_WIDE)   # can be queued
+                    or (isinstance(item, specs.Profiled) and cfg.tp not in ch03.RECORDED_PROFILE_RECOMPUTE_TP))
     assert not _keys(queued) & _keys(found)
-    assert (gpus > 2) == bool(list(specs.items(queued)))   # TP 2 is all recorded
+    assert (gpus > 1) == bool(list(specs.items(queued)))   # TP 2's profiled recompute steps are queued
 
 
 def test_moving_runs_out_of_pending_kept_their_keys():
     """What 8 GPUs read and queue is the same set of runs as one definition at every TP degree."""
     both = _keys(chapters.runs("ch03", 8)) | _keys(chapters.pending("ch03", 8))
-    every = _keys(ch03._tp([2, 4, 8], ch03.ITERS, "H200", [2, 4, 8]))
+    every = _keys(ch03._tp([2, 4, 8], ch03.ITERS, "H200", [2, 4, 8])) | _keys(ch03._profile_recompute([2, 4, 8], ch03.ITERS))
     assert every <= both
-    assert {p.cfg.key for t in (2, 4, 8) for p in (ch03._stable(t), ch03._stable(t, recompute="selective"))} <= both
+    assert {(p.cfg.key, False) for t in (2, 4, 8) for p in (ch03._stable(t), ch03._stable(t, recompute="selective"))} <= both
 
 
 def test_the_fit_without_recompute_is_settled_inside_its_window():
@@ -158,3 +166,15 @@ def test_each_profiled_recompute_step_is_read_from_its_own_gpu_model():
             record = item.run("cached", quiet=True).record
             assert card in record["env"]["gpu_name"]
             assert ("schedule" in record["profile"]) == schedule
+
+
+def test_the_profiled_recompute_steps_are_the_timed_ones_and_show_the_recomputed_attention():
+    """At TP 4 + SP the profiled pair has the configuration of the timed recompute_tp runs (none, selective), and
+    selective recompute adds attention kernel time (the core attention re-run), GEMM time about unchanged."""
+    found = chapters.runs("ch03", 4)
+    pair = found["profile_recompute_tp"][4]
+    assert [p.cfg for p in pair] == found["recompute_tp"][4][:2]
+    got = {p.cfg.recompute: p.run("cached", quiet=True).record["profile"]["kernel_s_per_step"] for p in pair}
+    assert set(got["none"]) >= {"gemm", "attention", "other", "nccl"}
+    assert got["selective"]["attention"] > got["none"]["attention"] * 1.2
+    assert got["selective"]["gemm"] == pytest.approx(got["none"]["gemm"], rel=0.05)

@@ -20,7 +20,12 @@ RECORDED = {"4669ef6b6b069788", "db791470283c19f8", "8998cadd686e91fa",   # PP 4
             # PP 4's stage alone (18 layers), m = 1, 2, 4, 8, 16
             "bcc0d534b1b51a80", "78a9e7ef67a5e634", "a23a953c17ab9dff", "b547b12f92d4c747", "a79a63812cc2c4cd",
             "92bb5101bfdf39bf", "3312031d4745c8ed", "b7f39b70030568e8", "dfc5ebc2f7187b6d",  # PP 4, m = 1, 2, 4, 8
-            "556d6e71c1568cf1", "58de330bcbc7a01a"}                      # profiled: PP 4 1F1B and VPP 2 at m = 8
+            "556d6e71c1568cf1", "58de330bcbc7a01a",                      # profiled: PP 4 1F1B and VPP 2 at m = 8
+            "c9d78635fd084048",                                          # PP 4, m = 16 (also the layout PP 4)
+            "29bf21ac8345b85d", "c3c8acfeae2c4080", "cb452e016159af25",  # PP 4 × VPP 2, 3, 6 at m = 4
+            # PP 4 × VPP 2, 3, 6 at m = 16, micro-batch 1 (VPP 2 is also the layout PP 4 × VPP 2)
+            "7217411b3afb42ed", "0cefc44459566cbf", "5bf1f049011bbb33",
+            "f2d7e7bfb44b8bca", "37869cbdcc6d3a74"}                      # the layouts TP 2 + SP × PP 2, TP 4 + SP
 
 
 def _cfg(item) -> RunConfig:
@@ -51,22 +56,27 @@ def test_recorded_pp2_runs_are_the_plans_own():
 
 
 def test_recorded_pp4_runs_are_the_plans_own():
-    """PP 4 (4× H200): the stage alone at every m, the sweep but m = 16, both profiled steps; nothing else."""
+    """PP 4 (4× H200): the stage alone and the sweep at every m, both profiled steps, v = 2, 3, 6 at m = 4 and
+    16, and every layout but TP 2 + SP × PP 2 × VPP 2."""
     found, four = chapters.runs("ch05", 4), ch05.pending(4, recorded=True)
     assert found["one_stage"][4] == four["one_stage"][4] and found["profile"][4] == four["profile"][4]
     assert [(c.layers, c.num_microbatches) for c in found["one_stage"][4]] == [(18, m) for m in (1, 2, 4, 8, 16)]
-    assert found["bubble"][4] == four["bubble"][4][:4] and [c.num_microbatches for c in found["bubble"][4]] == [1, 2, 4, 8]
+    assert found["bubble"][4] == four["bubble"][4] and [c.num_microbatches for c in found["bubble"][4]] == [1, 2, 4, 8, 16]
     assert [(p.cfg.vpp, p.cfg.num_microbatches, p.cfg.mbs) for p in found["profile"][4]] == [(1, 8, 2), (2, 8, 2)]
-    assert 4 not in found["vpp"] and 4 not in found["layouts"]
+    assert found["vpp"][4] == four["vpp"][4]
+    assert {m: [(c.vpp, c.mbs) for c in cs] for m, cs in found["vpp"][4].items()} == {4: [(2, 4), (3, 4), (6, 4)],
+                                                                                     16: [(2, 1), (3, 1), (6, 1)]}
+    assert [(c.tp, c.pp, c.sp, c.vpp, c.mbs) for c in found["layouts"][4]] == [(1, 4, False, 1, 1), (2, 2, True, 1, 1),
+                                                                                (4, 1, True, 1, 1), (1, 4, False, 2, 1)]
+    assert found["layouts"][4] == four["layouts"][4][:4]
+    assert found["layouts"][4][0] == found["bubble"][4][-1] and found["layouts"][4][3] == found["vpp"][4][16][0]
 
 
-def test_pending_at_four_gpus_is_pp4s_unrecorded_lines():
-    """What the 4-GPU plan still queues: PP 4 at m = 16, its chunk counts at m = 4 and 16, the other layouts."""
+def test_pending_at_four_gpus_is_pp4s_unrecorded_layout():
+    """What the 4-GPU plan still queues: the layout TP 2 + SP × PP 2 × VPP 2 (cut off by its lease's end)."""
     queued = chapters.pending("ch05", 4)
-    assert sorted(queued) == ["bubble", "layouts", "vpp"]
-    assert [c.num_microbatches for c in queued["bubble"][4]] == [16]
-    assert {m: [c.vpp for c in cs] for m, cs in queued["vpp"][4].items()} == {4: [2, 3, 6], 16: [2, 3, 6]}
-    assert [(c.tp, c.pp, c.vpp) for c in queued["layouts"][4]] == [(1, 4, 1), (2, 2, 1), (4, 1, 1), (1, 4, 2), (2, 2, 2)]
+    assert sorted(queued) == ["layouts"]
+    assert [(c.tp, c.pp, c.sp, c.vpp, c.mbs) for c in queued["layouts"][4]] == [(2, 2, True, 2, 1)]
 
 
 def test_the_store_answers_every_run():
@@ -98,7 +108,7 @@ def test_pending_is_legal_scaled_and_fits(gpus):
         assert cfg.key not in RECORDED
     pipes = [p for p in specs.degrees(gpus) if p > 1]
     assert sorted(every["bubble"]) == pipes
-    assert sorted(queued.get("bubble", {})) == pipes[1:]     # PP 2's sweep is all recorded, PP 4's lacks m = 16
+    assert sorted(queued.get("bubble", {})) == pipes[2:]     # PP 2's and PP 4's sweeps are all recorded
     for p in pipes:   # the model needs the pipeline: one GPU is predicted out of memory, every PP p run fits
         big = every["bubble"][p][-1]
         assert not theory.memory(big.replace(gpus=1, pp=1), "H200")["fits"]

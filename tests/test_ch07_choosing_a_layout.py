@@ -2,6 +2,7 @@
 follow the chapter's choice rule."""
 import pytest
 
+import megalab
 from megalab import chapters, recording, specs, theory
 from megalab.chapters import ch07_choosing_a_layout as ch07
 from megalab.config import RunConfig
@@ -46,3 +47,13 @@ def test_guide_reads_other_chapters_records():
     guide = ch07.runs(2)["guide"]
     assert {_cfg(i).key for i in specs.items(guide["tp_vs_dp"])} == {c.key for c in chapters.runs("ch02", 4)["tp_vs_dp"]}
     assert guide["recompute_long"][0].seq == guide["recompute_long"][1].seq
+
+
+def test_two_gpu_queue_holds_only_the_long_context_case():
+    """The dense and MoE cases are recorded (the MoE case's five out-of-memory runs included): on two GPUs only
+    long_32k's eight runs stay queued."""
+    assert ch07.RECORDED_CASES == ("dense_4k", "moe")
+    assert list(ch07.pending(2)) == ["long_32k"] and len(ch07.pending(2)["long_32k"]) == ch07.TOP + ch07.OTHERS
+    moe = {key: megalab.run(cfg, "cached", quiet=True).status for key, cfg in ch07.runs(2)["cases"]["moe"].items()}
+    assert {key for key, status in moe.items() if status == "ok"} == {"top5", "tp", "pp_mbs1"}
+    assert {key for key, status in moe.items() if status == "oom"} == {"top1", "top2", "top3", "top4", "dp_experts"}

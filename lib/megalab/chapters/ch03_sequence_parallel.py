@@ -6,9 +6,9 @@ counts (the trainer's `act_gib`: memory allocated between the start of the first
 loss), which cancels the embedding, the logits and the loss.
 
 `runs` holds what the records answer (one GPU, TP 2 on two GPUs and TP 4 on four: RECORDED_TP; the fits only
-at TP 2: RECORDED_FIT_TP); `pending` the multi-GPU runs queued for the chapter's next version (gpt-22b's fits
-at TP 4, everything at TP 8), built by the same definitions so that their keys do not change when they move
-into `runs`.
+at TP 2: RECORDED_FIT_TP; the profiled recompute steps only at TP 4: RECORDED_PROFILE_RECOMPUTE_TP); `pending` the
+multi-GPU runs queued for the chapter's next version (gpt-22b's fits at TP 4, the profiled recompute steps at TP 2,
+everything at TP 8), built by the same definitions so that their keys do not change when they move into `runs`.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ RECORDED_FIT_TP = (2,)     # ... and whose fits (BIG's largest micro-batch per l
                            # are queued
 RECORDED_SP_PARITY = (2, 4)  # TP degrees whose TP + SP parity is recorded
 RECORDED_SP_SELECTIVE_PARITY = (2, 4)  # ... and TP + SP + selective recomputation parity
+RECORDED_PROFILE_RECOMPUTE_TP = (4,)  # TP degrees whose profiled recompute steps (none, selective) are recorded
 RECORDED_MODULES_TP = (2, 4)  # TP degrees whose recompute of chosen modules (MODULES) is recorded (TP 2: session 15,
                               # on a second 2xH200 host, the first runs having met a megatron-core bug, retracted;
                               # TP 4: on the 4xH200 host of the other TP 4 timings)
@@ -62,10 +63,15 @@ def _stable(t: int, **kw) -> Parity:
         iters=PARITY_ITERS, gpus=t, tp=t, sp=True, **kw))
 
 
+def _recompute_tp(t: int, iters: int, recompute: str):
+    """The timed recompute run at TP t + SP: the 40-layer gpt-1.2b at micro-batch 8 (recompute_tp, and profiled)."""
+    return _one(iters).replace(gpus=t, tp=t, sp=True, mbs=8, gbs=8, recompute=recompute)
+
+
 def _tp(ts: list, iters: int, gpu: str, fit_ts: list) -> dict:
     """TP and SP at each TP degree of `ts`: per-layer memory, profiled collectives, what recompute costs; and
     what fits (gpt-8.3b at TP 2, gpt-22b from TP 4 on: BIG) at each degree of `fit_ts`."""
-    shape, one = _shape(iters), _one(iters)
+    shape = _shape(iters)
     big = lambda t: presets.get(BIG.get(t, BIG_WIDE)).replace(seq=2048, dropout=0.1, iters=iters)  # noqa: E731
     return {
         # TP replicates 10 s·b·h per layer; SP shards it
@@ -75,9 +81,15 @@ def _tp(ts: list, iters: int, gpu: str, fit_ts: list) -> dict:
         # what fits: the largest micro-batch of BIG's model per layout
         "fit_mbs": {t: {name: Fit(big(t).replace(mbs=1, gbs=1, iters=FIT_ITERS, **kw), "mbs", gpu)
                         for name, kw in _variants(t).items()} for t in fit_ts},
-        "recompute_tp": {t: [one.replace(gpus=t, tp=t, sp=True, mbs=8, gbs=8, recompute=r)
-                             for r in ("none", "selective", "full")] for t in ts},
+        "recompute_tp": {t: [_recompute_tp(t, iters, r) for r in ("none", "selective", "full")] for t in ts},
     }
+
+
+def _profile_recompute(ts: list, iters: int) -> dict:
+    """Where recompute's time goes at TP t + SP: the timed runs without and with selective recompute, profiled
+    (GPU kernels by kind, NCCL included; not timings)."""
+    return {"profile_recompute_tp": {t: [Profiled(_recompute_tp(t, iters, r)) for r in ("none", "selective")]
+                                     for t in ts}}
 
 
 def _modules(ts: list, iters: int) -> dict:
@@ -113,6 +125,7 @@ def runs(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
         "profile_recompute_h100": [Profiled(one.replace(recompute=r), "H100") for r in ("none", "selective", "full")],
         # 3. TP and SP at the recorded degrees
         **_tp([t for t in ts if t in RECORDED_TP], iters, gpu, [t for t in ts if t in RECORDED_FIT_TP]),
+        **_profile_recompute([t for t in ts if t in RECORDED_PROFILE_RECOMPUTE_TP], iters),
         **_modules([t for t in ts if t in RECORDED_MODULES_TP], iters),
         # 4. still correct: TP + SP, and TP + SP + selective recompute, against one GPU
         "parity": [_stable(t) for t in ts if t in RECORDED_SP_PARITY],
@@ -122,11 +135,12 @@ def runs(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
 
 def pending(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
     """Queued for the next version: TP and SP at the TP degrees not recorded yet (8: per-layer memory, profiled
-    collectives, recompute cost), what fits gpt-22b where its fits are not recorded (4 and 8), the MLP's
-    recompute at the degrees not recorded, and their parities."""
+    collectives, recompute cost), what fits gpt-22b where its fits are not recorded (4 and 8), the profiled
+    recompute steps (2 and 8) and the MLP's recompute at the degrees not recorded, and their parities."""
     tops = [t for t in degrees(gpus) if t > 1]
     return {
         **_tp([t for t in tops if t not in RECORDED_TP], iters, gpu, [t for t in tops if t not in RECORDED_FIT_TP]),
+        **_profile_recompute([t for t in tops if t not in RECORDED_PROFILE_RECOMPUTE_TP], iters),
         **_modules([t for t in tops if t not in RECORDED_MODULES_TP], iters),
         # still correct: TP + SP + selective recompute, and TP + SP, at the degrees not recorded yet
         "parity": [_stable(t, recompute="selective") for t in tops if t not in RECORDED_SP_SELECTIVE_PARITY]

@@ -13,12 +13,13 @@ alone on its host:
   PP 2, TP 2 + SP and PP 2 × VPP 2 (the m = 8, v = 2 run) on the same two GPUs; PP 2 and PP 2 × VPP 2 parity.
 - PP 4, on a 4× H200 host (2026-11-26, trainer e9cf7de): one stage's worth (18 layers) alone on one of its
   H200s, m = 1, 2, 4, 8, 16; the bubble sweep m = 1, 2, 4, 8; a profiled step of 1F1B and of PP 4 × VPP 2
-  at m = 8.
+  at m = 8. Then (2026-11-27, trainer 6b7f807, unchanged): m = 16 (micro-batch 1); v = 2, 3, 6 at m = 4 and
+  16; the layouts PP 4 and PP 4 × VPP 2 (the m = 16 runs), TP 2 + SP × PP 2 and TP 4 + SP at micro-batch 1.
 
 Queued (`pending`): the rest of the chapter's plan (Shoeybi et al. 2019's gpt-8.3b, 72 layers, with
 Transformer Engine, which theory puts above one H200's memory at micro-batch 1 and well inside it on two
-pipeline stages): PP 4 at m = 16 (micro-batch 1), its chunk counts and its other layouts; PP 8's sweeps,
-chunk counts, stage alone, profiled steps and layouts; and parity of the pipelines not recorded yet.
+pipeline stages): the layout TP 2 + SP × PP 2 × VPP 2 on four GPUs (cut off by its lease's end); PP 8's
+sweeps, chunk counts, stage alone, profiled steps and layouts; and parity of the pipelines not recorded yet.
 """
 
 from __future__ import annotations
@@ -104,12 +105,12 @@ def runs(gpus: int = 2, iters: int = ITERS) -> dict:
         # 1. the bubble measured: PP p at the recorded m, global batch 4p
         "bubble": {p: [c for c in plans[p]["bubble"][p] if c.num_microbatches in RECORDED[p]["m"]]
                    for p in RECORDED_PP},
-        # 2. interleaving measured: PP 2 × VPP v at m = 2 (the largest bubble the schedule allows) and m = 8 (mbs 1)
+        # 2. interleaving measured: PP p × VPP v at m = p (the largest bubble the schedule allows) and m = 4p (mbs 1)
         "vpp": {p: {m: [c for c in plans[p]["vpp"][p][m] if c.vpp in vs] for m, vs in RECORDED[p]["vpp"].items()}
                 for p in RECORDED_PP if RECORDED[p]["vpp"]},
         # 4. the measured schedules: one profiled step of 1F1B and of PP p × VPP 2, m = 2p
         "profile": {p: plans[p]["profile"][p] for p in RECORDED_PP},
-        # 5. layouts on PP p's p GPUs (PP 2: PP 2, TP 2 + SP and PP 2 × VPP 2, micro-batch 1)
+        # 5. layouts on PP p's p GPUs at micro-batch 1 (PP 2: PP 2, TP 2 + SP, PP 2 × VPP 2; PP 4: and TP 4 + SP)
         "layouts": {p: [c for c in plans[p]["layouts"][p] if (c.tp, c.vpp) in RECORDED[p]["layouts"]]
                     for p in RECORDED_PP if RECORDED[p]["layouts"]},
         # 6. still correct: PP 4, PP 4 × VPP 2, TP 2 × PP 2 against one GPU (mbs 4, gbs 16: m = 4) ...

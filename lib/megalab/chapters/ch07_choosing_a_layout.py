@@ -6,9 +6,10 @@ The chapter's first section, the step-time model against measurement, reads the 
 
 `runs` holds what the records answer: the runs of chapters 01-06 that the decision guide quotes, each
 defined by its own chapter's module (so their keys are the recorded ones), at the GPU counts they were
-recorded on, whatever `gpus` is; and the cases measured on 2 GPUs (RECORDED_CASES). `pending` holds, for each case, the runs that measure the ranking: the
-search's top TOP layouts and OTHERS layouts chosen to test the model where the top ones do not reach
-(`_choose`). On 2 GPUs they are frozen in CHOSEN: chosen once, before any of them ran, so that their
+recorded on, whatever `gpus` is; and the cases measured on 2 GPUs (RECORDED_CASES: the dense 4k and MoE
+cases). `pending` holds, per case (on 2 GPUs only those not yet measured: long_32k), the runs that measure the
+ranking: the search's top TOP layouts and OTHERS layouts chosen to test the model where the top ones do not
+reach (`_choose`). On 2 GPUs they are frozen in CHOSEN: chosen once, before any of them ran, so that their
 records keep answering after the calibration (and with it the ranking) moves. Other GPU counts are
 chosen by today's search when asked.
 """
@@ -66,9 +67,11 @@ PROBES = (
 )
 WHY = {key: text for key, text, _ in PROBES} | {f"top{i}": f"predicted #{i}" for i in range(1, TOP + 1)}
 
-# the cases whose eight runs are recorded on two H200s (session 15; the MoE case's first four ran out of memory
-# and stay queued with the rest of it until its other four are recorded)
-RECORDED_CASES = ("dense_4k",)
+# the cases whose eight runs are recorded on two H200s: the dense case and the MoE case's first four (all four
+# out of memory) in session 15, the MoE case's other four on 2 GPUs of a 4×H200 host at commit 6b7f807 (one
+# out of memory); long_32k stays queued (eight runs of ~190 s: a lease of its own)
+RECORDED_CASES = ("dense_4k", "moe")
+SESSION15_CPUS = 32    # CPU cores of session 15's 2×H200 host (link probe "none"): its records predate env's cpu_count
 
 # 2 GPUs: chosen by _choose(name, 2) on the H200 records of the chapter's first version, before any ran
 CHOSEN = {
@@ -133,7 +136,7 @@ def _frozen(names, gpus: int, iters: int) -> dict:
 def runs(gpus: int = 2, iters: int = ITERS) -> dict:
     """What the records answer: the decision guide's runs, from the chapters that recorded them (4× H200 for
     chapters 01 and 02, one H200 otherwise, 4× H200 for the parity layouts), whatever `gpus` is; and the
-    cases measured on two H200s (RECORDED_CASES, at 2 GPUs only)."""
+    cases measured on two H200s (RECORDED_CASES: dense_4k and moe, at 2 GPUs only)."""
     ch01, ch02 = ch01_data_parallel.runs(4, iters), ch02_tensor_parallel.runs(4, iters)
     ch03, ch04 = ch03_sequence_parallel.runs(2, iters), ch04_context_parallel.runs(2, iters)
     ch05, ch06 = ch05_pipeline_parallel.runs(2, iters), ch06_expert_parallel.runs(2, iters)
@@ -156,7 +159,8 @@ def runs(gpus: int = 2, iters: int = ITERS) -> dict:
 
 def pending(gpus: int = 2, iters: int = ITERS) -> dict:
     """Queued for the next version: per case, the layouts that measure the ranking on `gpus` GPUs, by key
-    (CHOSEN on 2 GPUs; otherwise chosen now by the search calibrated on the H200 records)."""
+    (on 2 GPUs: CHOSEN of the cases not in RECORDED_CASES, today long_32k; otherwise every case, chosen now
+    by the search calibrated on the H200 records)."""
     if gpus in (2,):
         return _frozen([name for name in CHOSEN if name not in RECORDED_CASES], gpus, iters)
     from megalab import calibration
