@@ -36,11 +36,22 @@ def test_pending_is_legal_and_fits(gpus):
 def test_frozen_choice_keeps_the_probe_rule():
     """Each frozen pick past the top five qualifies for its probe, and no earlier pick did."""
     probes = {key: rule for key, _, rule in ch07.PROBES}
-    for picked in {**ch07.pending(2), **ch07.runs(2)["cases"]}.values():
+    for picked in [*ch07.pending(2).values(), *ch07.runs(2)["cases"].values(), *ch07.pending(4).values()]:
         cfgs = list(picked.values())
         for i, (key, cfg) in enumerate(picked.items()):
             if key in probes:
                 assert probes[key](cfg) and not any(probes[key](c) for c in cfgs[:i])
+
+
+def test_four_gpu_picks_are_frozen():
+    """The 4-GPU picks are CHOSEN, not today's search: eight per case, each legal on four GPUs and predicted to fit
+    an H200, so a plan printed now and the chapter that reads its records later name the same runs."""
+    picks = ch07.pending(4)
+    assert set(picks) == set(ch07.CASES) and set(ch07.CHOSEN) == {2, 4}
+    for name, picked in picks.items():
+        assert list(picked) == list(ch07.CHOSEN[4][name]) and len(picked) == ch07.TOP + ch07.OTHERS
+        for cfg in picked.values():
+            assert cfg.gpus == 4 and not cfg.problems() and theory.memory(cfg, "H200")["fits"]
 
 
 def test_guide_reads_other_chapters_records():

@@ -9,8 +9,8 @@ defined by its own chapter's module (so their keys are the recorded ones), at th
 recorded on, whatever `gpus` is; and the cases measured on 2 GPUs (RECORDED_CASES: the dense 4k and MoE
 cases). `pending` holds, per case (on 2 GPUs only those not yet measured: long_32k), the runs that measure the
 ranking: the search's top TOP layouts and OTHERS layouts chosen to test the model where the top ones do not
-reach (`_choose`). On 2 GPUs they are frozen in CHOSEN: chosen once, before any of them ran, so that their
-records keep answering after the calibration (and with it the ranking) moves. Other GPU counts are
+reach (`_choose`). On 2 and 4 GPUs they are frozen in CHOSEN: chosen once, before any of them ran, so that their
+records keep answering after the calibration (and with it the ranking) moves. Other GPU counts (8) are
 chosen by today's search when asked.
 """
 
@@ -73,37 +73,74 @@ WHY = {key: text for key, text, _ in PROBES} | {f"top{i}": f"predicted #{i}" for
 RECORDED_CASES = ("dense_4k", "moe")
 SESSION15_CPUS = 32    # CPU cores of session 15's 2×H200 host (link probe "none"): its records predate env's cpu_count
 
-# 2 GPUs: chosen by _choose(name, 2) on the H200 records of the chapter's first version, before any ran
+# per GPU count, per case, the layouts measured (keyword arguments over the case's base), frozen once chosen so that
+# their records keep answering after the calibration (and with it the ranking) moves
 CHOSEN = {
-    "dense_4k": {
-        "top1": dict(mbs=1, dist_opt=True),
-        "top2": dict(mbs=2, dist_opt=True),
-        "top3": dict(pp=2, vpp=4, mbs=1),
-        "top4": dict(pp=2, vpp=2, mbs=1),
-        "top5": dict(pp=2, vpp=4, mbs=2),
-        "tp": dict(tp=2, mbs=4),
-        "full_recompute": dict(mbs=1, recompute="full", dist_opt=True),
-        "cp": dict(cp=2, mbs=4, dist_opt=True),
+    # 2 GPUs: chosen by _choose(name, 2) on the H200 records of the chapter's first version, before any ran
+    2: {
+        "dense_4k": {
+            "top1": dict(mbs=1, dist_opt=True),
+            "top2": dict(mbs=2, dist_opt=True),
+            "top3": dict(pp=2, vpp=4, mbs=1),
+            "top4": dict(pp=2, vpp=2, mbs=1),
+            "top5": dict(pp=2, vpp=4, mbs=2),
+            "tp": dict(tp=2, mbs=4),
+            "full_recompute": dict(mbs=1, recompute="full", dist_opt=True),
+            "cp": dict(cp=2, mbs=4, dist_opt=True),
+        },
+        "long_32k": {
+            "top1": dict(mbs=1, recompute="full", dist_opt=True),
+            "top2": dict(cp=2, mbs=2, recompute="full", dist_opt=True),
+            "top3": dict(pp=2, vpp=16, mbs=1, recompute="full"),
+            "top4": dict(cp=2, mbs=1, recompute="full", dist_opt=True),
+            "top5": dict(pp=2, vpp=8, mbs=1, recompute="full"),
+            "tp": dict(tp=2, mbs=2, recompute="full"),
+            "sp": dict(tp=2, sp=True, mbs=4, recompute="full"),
+            "pp_1f1b": dict(pp=2, mbs=1, recompute="full"),
+        },
+        "moe": {
+            "top1": dict(ep=2, mbs=8, dist_opt=True),
+            "top2": dict(ep=2, mbs=8),
+            "top3": dict(ep=2, mbs=8, recompute="selective", dist_opt=True),
+            "top4": dict(ep=2, mbs=8, recompute="selective"),
+            "top5": dict(cp=2, ep=2, mbs=16, dist_opt=True),
+            "tp": dict(tp=2, ep=2, sp=True, mbs=16),
+            "dp_experts": dict(mbs=8, dist_opt=True),
+            "pp_mbs1": dict(pp=2, vpp=4, mbs=1),
+        },
     },
-    "long_32k": {
-        "top1": dict(mbs=1, recompute="full", dist_opt=True),
-        "top2": dict(cp=2, mbs=2, recompute="full", dist_opt=True),
-        "top3": dict(pp=2, vpp=16, mbs=1, recompute="full"),
-        "top4": dict(cp=2, mbs=1, recompute="full", dist_opt=True),
-        "top5": dict(pp=2, vpp=8, mbs=1, recompute="full"),
-        "tp": dict(tp=2, mbs=2, recompute="full"),
-        "sp": dict(tp=2, sp=True, mbs=4, recompute="full"),
-        "pp_1f1b": dict(pp=2, mbs=1, recompute="full"),
-    },
-    "moe": {
-        "top1": dict(ep=2, mbs=8, dist_opt=True),
-        "top2": dict(ep=2, mbs=8),
-        "top3": dict(ep=2, mbs=8, recompute="selective", dist_opt=True),
-        "top4": dict(ep=2, mbs=8, recompute="selective"),
-        "top5": dict(cp=2, ep=2, mbs=16, dist_opt=True),
-        "tp": dict(tp=2, ep=2, sp=True, mbs=16),
-        "dp_experts": dict(mbs=8, dist_opt=True),
-        "pp_mbs1": dict(pp=2, vpp=4, mbs=1),
+    # 4 GPUs: chosen by _choose(name, 4) on the H200 records of session 17 (commit 26534af), before any ran
+    4: {
+        "dense_4k": {
+            "top1": dict(dist_opt=True),
+            "top2": dict(mbs=2, dist_opt=True),
+            "top3": dict(pp=2, vpp=4, dist_opt=True),
+            "top4": dict(pp=2, vpp=2, dist_opt=True),
+            "top5": dict(pp=2, vpp=8, mbs=2, dist_opt=True),
+            "tp": dict(tp=2, mbs=8, dist_opt=True),
+            "full_recompute": dict(recompute="full", dist_opt=True),
+            "cp": dict(cp=2, mbs=4, dist_opt=True),
+        },
+        "long_32k": {
+            "top1": dict(pp=2, vpp=8, cp=2, dist_opt=True),
+            "top2": dict(pp=2, vpp=8, cp=2),
+            "top3": dict(pp=2, vpp=16, cp=2, dist_opt=True),
+            "top4": dict(pp=2, vpp=4, cp=2, dist_opt=True),
+            "top5": dict(tp=2, dist_opt=True),
+            "full_recompute": dict(recompute="full", dist_opt=True),
+            "sp": dict(tp=2, sp=True, dist_opt=True),
+            "pp_1f1b": dict(pp=2, cp=2, dist_opt=True),
+        },
+        "moe": {
+            "top1": dict(ep=4, mbs=8, dist_opt=True),
+            "top2": dict(ep=4, mbs=8),
+            "top3": dict(ep=4, mbs=8, recompute="selective", dist_opt=True),
+            "top4": dict(ep=2, mbs=8, dist_opt=True),
+            "top5": dict(ep=4, mbs=8, recompute="selective"),
+            "tp": dict(tp=2, ep=4, sp=True, mbs=16, dist_opt=True),
+            "dp_experts": dict(mbs=8, dist_opt=True),
+            "pp_mbs1": dict(pp=2, vpp=4, ep=2, dist_opt=True),
+        },
     },
 }
 
@@ -129,8 +166,8 @@ def _choose(name: str, gpus: int, model=None, store=None, iters: int | None = No
 
 def _frozen(names, gpus: int, iters: int) -> dict:
     """Per case of `names`, its CHOSEN layouts on `gpus` GPUs as RunConfigs, by key."""
-    return {name: {key: CASES[name].base(_iters(name, iters)).replace(gpus=gpus, **kw) for key, kw in CHOSEN[name].items()}
-            for name in names}
+    return {name: {key: CASES[name].base(_iters(name, iters)).replace(gpus=gpus, **kw)
+                   for key, kw in CHOSEN[gpus][name].items()} for name in names}
 
 
 def runs(gpus: int = 2, iters: int = ITERS) -> dict:
@@ -159,10 +196,10 @@ def runs(gpus: int = 2, iters: int = ITERS) -> dict:
 
 def pending(gpus: int = 2, iters: int = ITERS) -> dict:
     """Queued for the next version: per case, the layouts that measure the ranking on `gpus` GPUs, by key
-    (on 2 GPUs: CHOSEN of the cases not in RECORDED_CASES, today long_32k; otherwise every case, chosen now
-    by the search calibrated on the H200 records)."""
-    if gpus in (2,):
-        return _frozen([name for name in CHOSEN if name not in RECORDED_CASES], gpus, iters)
+    (where CHOSEN holds the GPU count: its cases, less RECORDED_CASES on 2 GPUs, today long_32k; otherwise every
+    case, chosen now by the search calibrated on the H200 records)."""
+    if gpus in CHOSEN:
+        return _frozen([name for name in CHOSEN[gpus] if gpus != 2 or name not in RECORDED_CASES], gpus, iters)
     from megalab import calibration
     from megalab.results import NotRecorded
     try:
