@@ -103,6 +103,8 @@ RULES = [
     (dict(cuda_graphs="local", impl="local"), "cuda_graphs=local needs impl te"),
     (dict(cuda_graphs="te", recompute="full"), "cuda_graphs with recompute full"),
     (dict(cuda_graphs="te", recompute="selective"), None),
+    (dict(cuda_graphs="te", recompute="selective", dropout=0.1), "cuda_graphs with selective recompute of core_attn and dropout=0.1"),
+    (dict(cuda_graphs="local", recompute="selective", recompute_modules="mlp", dropout=0.1), "selective recompute of mlp"),
     (dict(cuda_graphs="local", experts=4), "MoE layers with CUDA graphs: use --cuda-graphs te"),
     (dict(cuda_graphs="te", experts=4), None),
     (dict(recompute="selective", recompute_modules="mlp"), None),

@@ -41,6 +41,45 @@ def test_cuda_graphs_map_onto_megatron_and_need_no_capture_step_by_default():
     assert graph_capture(c, none, model=None, optimizer=None, ddp_config=None)(3) is None
 
 
+def test_local_capture_forks_the_tp_rng_under_sequence_parallelism(monkeypatch):
+    """Megatron's local capture runs outside TransformerBlock's TP RNG fork: under SP the wrapper forks around it,
+    as TE's capture does; without SP, or with TE's capture, schedules.create_cudagraphs stays Megatron's."""
+    import contextlib
+    from megatron.core.pipeline_parallel import schedules
+    from megatron.core.tensor_parallel import random
+    from megalab import presets
+    from megalab.wiring import fork_rng_for_local_capture
+    calls = []
+    monkeypatch.setattr(schedules, "create_cudagraphs", lambda: calls.append("capture") or "graphs")
+    real = schedules.create_cudagraphs
+
+    class Tracker:
+        @contextlib.contextmanager
+        def fork(self):
+            calls.append("fork")
+            yield
+            calls.append("join")
+    monkeypatch.setattr(random, "get_cuda_rng_tracker", Tracker)
+    c = presets.get("gpt-350m").replace(gpus=2, tp=2)
+    for cfg in (c.replace(cuda_graphs="local"), c.replace(sp=True, cuda_graphs="te"), c.replace(sp=True)):
+        fork_rng_for_local_capture(cfg)
+        assert schedules.create_cudagraphs is real
+    fork_rng_for_local_capture(c.replace(sp=True, cuda_graphs="local"))
+    fork_rng_for_local_capture(c.replace(sp=True, cuda_graphs="local"))  # a second run in the process: one wrapper
+    assert schedules.create_cudagraphs() == "graphs" and calls == ["fork", "capture", "join"]
+
+
+def test_ddp_is_built_once_and_in_place_without_cuda():
+    """on_capture_stream builds DDP on torch.cuda.graph's capture stream when graphs are on and CUDA is there;
+    on this CPU machine (and at cuda_graphs none) it just builds."""
+    from megalab import presets
+    from megalab.wiring import on_capture_stream
+    built = []
+    for graphs in ("none", "te"):
+        assert on_capture_stream(presets.get("gpt-350m").replace(cuda_graphs=graphs), lambda: built.append(1) or "ddp") == "ddp"
+    assert built == [1, 1]
+
+
 def test_grouped_gemm_with_every_group_empty_skips_the_kernel_and_zeroes_like_te():
     """TE 2.11's CUTLASS grouped GEMM crashes when no group has work (TE pull request 3037): the guard
     answers such calls itself, as TE's loop over empty groups would, and passes every other call through."""

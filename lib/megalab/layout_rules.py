@@ -179,6 +179,12 @@ def problems(cfg, gpus_available=None, te_available=None, gpu_name=None) -> list
         if c.recompute == "full":
             add("cuda_graphs with recompute full: Megatron captures full recompute only in a whole-iteration "
                 "graph; use --recompute selective (or none), or --cuda-graphs none")
+        # MC transformer_config.__post_init__: no dropout inside a graphed recompute (attention is graphed in both
+        # scopes, the MLP in the whole-layer one)
+        graphed = [m for m in c.recompute_module_names if m == "core_attn" or (m == "mlp" and not c.experts)]
+        if c.recompute == "selective" and c.dropout > 0 and graphed:
+            add(f"cuda_graphs with selective recompute of {','.join(graphed)} and dropout={c.dropout}: Megatron "
+                f"cannot graph a recompute that draws dropout; pass --dropout 0, --recompute none or --cuda-graphs none")
         if c.experts and c.cuda_graphs != "te":
             add("MoE layers with CUDA graphs: use --cuda-graphs te (it captures attention and the router; the "
                 "experts run eagerly), or --cuda-graphs none")

@@ -53,8 +53,8 @@ from megalab.train_log import (CHUNKS, CLOCK, GIB, SCHEDULE_STEP, RouterCounts, 
                                write_schedule)
 from megalab.weights import init_layout_invariant
 # train() calls build_training by this module's name: tools/gpu/spikes.py swaps in a probing one
-from megalab.wiring import (build_training, copy_mlp_bias_under_recompute, environment, graph_capture,
-                            guard_empty_grouped_gemm, guard_empty_permutation, megatron_configs,
+from megalab.wiring import (build_training, copy_mlp_bias_under_recompute, environment, fork_rng_for_local_capture,
+                            graph_capture, guard_empty_grouped_gemm, guard_empty_permutation, megatron_configs,
                             patch_moe_router_without_te, wire_schedule, with_wgrad_fusion)
 
 _T0 = time.time()  # start-up clock (torch and Megatron load later); $MEGALAB_LAUNCH_T wins if set
@@ -260,6 +260,7 @@ def train(cfg, args, rank: int) -> None:
     startup["process_groups"] = since_launch()
     patch_moe_router_without_te(cfg)
     copy_mlp_bias_under_recompute(cfg)
+    fork_rng_for_local_capture(cfg)
     if not args.dry_run:
         guard_empty_grouped_gemm(cfg)
         guard_empty_permutation(cfg)

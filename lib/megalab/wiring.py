@@ -81,7 +81,7 @@ def megatron_configs(cfg, dry_run: bool = False):
         # CUDA graphs (Megatron-LM's --cuda-graph-impl): TE's RNG tracker keeps dropout graph-safe; MoE layers
         # capture attention and the router only (their expert compute has data-dependent shapes)
         cuda_graph_impl={"none": "none", "local": "local", "te": "transformer_engine"}[cfg.cuda_graphs],
-        cuda_graph_scope=["attn", "moe_router", "moe_preprocess"] if moe and cfg.cuda_graphs != "none" else "full",
+        cuda_graph_scope=["attn", "moe_router", "moe_preprocess"] if moe and cfg.cuda_graphs != "none" else [],
         cuda_graph_warmup_steps=GRAPH_WARMUP_STEPS, use_te_rng_tracker=cfg.cuda_graphs != "none",
     )
     parallel = dict(
@@ -257,8 +257,8 @@ def build_training(cfg, chunks, config, ddp_config, optim_config, device):
     if cfg.init == "layout_invariant":
         init_layout_invariant(chunks, cfg, device)
     model = [Float16Module(config, c) for c in chunks]  # bf16 weights; the fp32 main copy lives in the optimizer
-    model = [DistributedDataParallel(config, ddp_config, m, disable_bucketing=i > 0)  # later chunks overlap anyway
-             for i, m in enumerate(model)]
+    model = on_capture_stream(cfg, lambda: [DistributedDataParallel(config, ddp_config, m, disable_bucketing=i > 0)
+                                            for i, m in enumerate(model)])  # later chunks overlap anyway
     if cfg.dp * cfg.cp > 1:
         for m in model:
             m.broadcast_params()  # replicas already agree (same seeds): cheap insurance, once
@@ -269,6 +269,47 @@ def build_training(cfg, chunks, config, ddp_config, optim_config, device):
         lr_decay_steps=cfg.iters, lr_decay_style="cosine", start_wd=0.1, end_wd=0.1,
         wd_incr_steps=cfg.iters, wd_incr_style="constant")
     return model, optimizer, scheduler
+
+
+def on_capture_stream(cfg, build):
+    """build() (Megatron's DDP wrappers) on the stream that torch.cuda.graph captures on, when CUDA graphs are on.
+    DDP keeps each parameter's AccumulateGrad node, and a kept node stays tied to the stream current when it was
+    made: built on the default stream, the first captured backward syncs with it and the capture is invalidated
+    (session 11's --cuda-graphs te run: cudaErrorStreamCaptureInvalidated, PyTorch warning that an AccumulateGrad
+    node's stream differs from its producer's). Megatron-LM builds DDP on the capture stream for this reason
+    (training.py; pull requests 2852 and 6021); TE's make_graphed_callables and Megatron's local capture both
+    capture on torch.cuda.graph's default capture stream. Where torch offers it, a stale stream is overridden."""
+    import torch
+    if cfg.cuda_graphs == "none" or not torch.cuda.is_available():
+        return build()
+    if hasattr(torch.autograd.graph, "set_override_stale_capture_stream"):
+        torch.autograd.graph.set_override_stale_capture_stream(True)
+    if torch.cuda.graph.default_capture_stream is None:
+        torch.cuda.graph.default_capture_stream = torch.cuda.Stream()
+    stream, current = torch.cuda.graph.default_capture_stream, torch.cuda.current_stream()
+    stream.wait_stream(current)
+    with torch.cuda.stream(stream):
+        built = build()
+    current.wait_stream(stream)
+    return built
+
+
+def fork_rng_for_local_capture(cfg) -> None:
+    """Megatron's local capture (create_cudagraphs, called by forward_backward_func at the end of a step) runs
+    outside the TP RNG fork that TransformerBlock puts around its layers under sequence parallelism, so the
+    graphed dropout of the sequence-parallel region would draw from the default generator, the same on every TP
+    rank. TE's capture forks there (TECudaGraphHelper.create_cudagraphs); this gives the local one the same."""
+    if cfg.cuda_graphs != "local" or not cfg.sp:
+        return
+    from megatron.core.pipeline_parallel import schedules
+
+    def wrap(real):
+        def create_cudagraphs(*args, **kwargs):
+            from megatron.core.tensor_parallel.random import get_cuda_rng_tracker
+            with get_cuda_rng_tracker().fork():
+                return real(*args, **kwargs)
+        return create_cudagraphs
+    _wrap_once(schedules, "create_cudagraphs", "rng_forked", wrap)
 
 
 def graph_capture(cfg, config, model, optimizer, ddp_config):
