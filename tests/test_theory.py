@@ -340,3 +340,12 @@ def test_comm_by_axis_adds_up_to_the_step_estimates_exposed_communication():
             by_axis = theory.comm_by_axis_s(cfg, "H200", bus_bw=bw)
             assert set(by_axis) == {"tp", "dp", "cp", "pp", "ep"} and (by_axis["dp"] == 0.0) == overlap
             assert sum(by_axis.values()) == pytest.approx(theory.step_time_estimate(cfg, "H200", bus_bw=bw)["comm_s"])
+
+
+def test_layout_words_names_the_axes_above_one():
+    """The prose name of a layout: TP (+ SP), PP, VPP, CP, EP in that order, only those above 1; else DP or `alone`."""
+    from megalab import presets
+    c = presets.get("gpt-350m")
+    assert theory.layout_words(c.replace(gpus=4, tp=2, sp=True, pp=2, vpp=3)) == "TP 2 + SP × PP 2 × VPP 3"
+    assert theory.layout_words(c.replace(gpus=4, cp=2, ep=2, experts=4)) == "CP 2 × EP 2"
+    assert theory.layout_words(c.replace(gpus=2)) == "DP 2" and theory.layout_words(c, alone="1 GPU") == "1 GPU"

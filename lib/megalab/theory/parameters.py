@@ -30,6 +30,14 @@ def layout(cfg) -> str:
     return f"TP({cfg.tp})·PP({cfg.pp})·CP({cfg.cp})·EP({cfg.ep})·DP({cfg.dp})"
 
 
+def layout_words(cfg, alone: str | None = None) -> str:
+    """The layout as the book's prose names it, its parallel axes above 1: 'TP 2 + SP × PP 2 × VPP 3 × CP 2 × EP 2';
+    `alone` where none is (default 'DP n')."""
+    axes = [f"{a.upper()} {getattr(cfg, a)}" + " + SP" * (a == "tp" and cfg.sp)
+            for a in ("tp", "pp", "vpp", "cp", "ep") if getattr(cfg, a) > 1]
+    return " × ".join(axes) or (f"DP {cfg.dp}" if alone is None else alone)
+
+
 def glu(cfg) -> int:
     """2 for SwiGLU (fc1 holds gate and up: 2·ffn rows), 1 otherwise."""
     return 2 if cfg.activation == "swiglu" else 1
