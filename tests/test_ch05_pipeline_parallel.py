@@ -2,6 +2,7 @@
 and are the chapter's plan less what is recorded."""
 import pytest
 
+import megalab
 from megalab import chapters, recording, specs, theory
 from megalab.chapters import ch05_pipeline_parallel as ch05
 from megalab.config import RunConfig
@@ -25,7 +26,8 @@ RECORDED = {"4669ef6b6b069788", "db791470283c19f8", "8998cadd686e91fa",   # PP 4
             "29bf21ac8345b85d", "c3c8acfeae2c4080", "cb452e016159af25",  # PP 4 × VPP 2, 3, 6 at m = 4
             # PP 4 × VPP 2, 3, 6 at m = 16, micro-batch 1 (VPP 2 is also the layout PP 4 × VPP 2)
             "7217411b3afb42ed", "0cefc44459566cbf", "5bf1f049011bbb33",
-            "f2d7e7bfb44b8bca", "37869cbdcc6d3a74"}                      # the layouts TP 2 + SP × PP 2, TP 4 + SP
+            "f2d7e7bfb44b8bca", "37869cbdcc6d3a74",                      # the layouts TP 2 + SP × PP 2, TP 4 + SP
+            "b90079560a8b380a"}                                          # TP 2 + SP × PP 2 × VPP 2 (stopped at exit)
 
 
 def _cfg(item) -> RunConfig:
@@ -57,7 +59,7 @@ def test_recorded_pp2_runs_are_the_plans_own():
 
 def test_recorded_pp4_runs_are_the_plans_own():
     """PP 4 (4× H200): the stage alone and the sweep at every m, both profiled steps, v = 2, 3, 6 at m = 4 and
-    16, and every layout but TP 2 + SP × PP 2 × VPP 2."""
+    16, and every layout."""
     found, four = chapters.runs("ch05", 4), ch05.pending(4, recorded=True)
     assert found["one_stage"][4] == four["one_stage"][4] and found["profile"][4] == four["profile"][4]
     assert [(c.layers, c.num_microbatches) for c in found["one_stage"][4]] == [(18, m) for m in (1, 2, 4, 8, 16)]
@@ -67,16 +69,19 @@ def test_recorded_pp4_runs_are_the_plans_own():
     assert {m: [(c.vpp, c.mbs) for c in cs] for m, cs in found["vpp"][4].items()} == {4: [(2, 4), (3, 4), (6, 4)],
                                                                                      16: [(2, 1), (3, 1), (6, 1)]}
     assert [(c.tp, c.pp, c.sp, c.vpp, c.mbs) for c in found["layouts"][4]] == [(1, 4, False, 1, 1), (2, 2, True, 1, 1),
-                                                                                (4, 1, True, 1, 1), (1, 4, False, 2, 1)]
-    assert found["layouts"][4] == four["layouts"][4][:4]
+                                                                                (4, 1, True, 1, 1), (1, 4, False, 2, 1),
+                                                                                (2, 2, True, 2, 1)]
+    assert found["layouts"][4] == four["layouts"][4]
     assert found["layouts"][4][0] == found["bubble"][4][-1] and found["layouts"][4][3] == found["vpp"][4][16][0]
 
 
-def test_pending_at_four_gpus_is_pp4s_unrecorded_layout():
-    """What the 4-GPU plan still queues: the layout TP 2 + SP × PP 2 × VPP 2 (cut off by its lease's end)."""
-    queued = chapters.pending("ch05", 4)
-    assert sorted(queued) == ["layouts"]
-    assert [(c.tp, c.pp, c.sp, c.vpp, c.mbs) for c in queued["layouts"][4]] == [(2, 2, True, 2, 1)]
+def test_the_layout_stopped_at_exit_trained_every_step():
+    """TP 2 + SP × PP 2 × VPP 2 (session 17) is kept: a timeout after all its steps and the trainer's summary,
+    which `trained` counts and `ok` does not; every other gpt-8.3b layout on four GPUs is ok."""
+    runs = [megalab.run(c, "cached", quiet=True) for c in chapters.runs("ch05", 4)["layouts"][4]]
+    assert all(r.trained for r in runs) and [r.ok for r in runs] == [True] * 4 + [False]
+    last = runs[-1]
+    assert last.status == "timeout" and last.summary["steps"] == last.config.iters == 20
 
 
 def test_the_store_answers_every_run():
@@ -91,10 +96,10 @@ def test_pending_is_the_plan_less_the_recorded(gpus):
     assert queued == _keys(ch05.pending(gpus, recorded=True)) - recorded and not queued & recorded
 
 
-def test_two_gpus_queue_nothing():
-    """Every run of the two-GPU plan is recorded; four GPUs queue only runs outside it."""
-    assert chapters.pending("ch05", 2) == {}
-    assert _keys(chapters.pending("ch05", 4)) and not _keys(chapters.pending("ch05", 4)) & _keys(ch05.pending(2, recorded=True))
+def test_two_and_four_gpus_queue_nothing():
+    """Every run of the two- and four-GPU plans is recorded; eight GPUs queue only runs outside them."""
+    assert chapters.pending("ch05", 2) == {} and chapters.pending("ch05", 4) == {}
+    assert _keys(chapters.pending("ch05", 8)) and not _keys(chapters.pending("ch05", 8)) & _keys(ch05.pending(4, recorded=True))
 
 
 @pytest.mark.parametrize("gpus", [1, 2, 4, 8])

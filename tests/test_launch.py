@@ -127,6 +127,25 @@ def test_timeout_kills_the_whole_group(tmp_path, fake):
     assert not _alive(pid)  # the grandchild (a "rank") ignored SIGTERM and still died
 
 
+def test_a_run_that_hangs_after_its_summary_is_kept_as_trained(tmp_path, fake, monkeypatch):
+    """Session 18: both CUDA-graph captures trained all 20 steps, printed the summary, then hung at exit until
+    the time limit (300 s each). The launcher now stops such a run EXIT_GRACE_S after the summary: status ok."""
+    monkeypatch.setattr(launch, "EXIT_GRACE_S", 1)
+    lines = [*_steps(5), json.dumps({"kind": "summary", "steps": 5, "startup_marks_s": {"first_step": 9.0}})]
+    fake(f"import time\nprint('\\n'.join({lines!r}), flush=True)\ntime.sleep(60)")
+    t0 = time.time()
+    out = launch.launch(CFG, runs_root=tmp_path / "runs", progress=False, timeout_s=30)
+    assert out.status == "ok" and out.error is None and time.time() - t0 < 20
+    assert out.parsed.summary["exit_hung_s"] == 1 and len(out.parsed.steps) == 5
+
+
+def test_a_run_that_hangs_before_its_summary_times_out(tmp_path, fake, monkeypatch):
+    monkeypatch.setattr(launch, "EXIT_GRACE_S", 1)
+    fake(f"import time\nprint('\\n'.join({_steps(3)!r}), flush=True)\ntime.sleep(60)")
+    out = launch.launch(CFG, runs_root=tmp_path / "runs", progress=False, timeout_s=2)
+    assert out.status == "timeout" and out.parsed.summary is None
+
+
 def _alive(pid):
     try:  # a killed orphan may linger as a zombie until init reaps it: that is not alive
         return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] not in "ZX"

@@ -149,3 +149,16 @@ def test_frame_puts_the_reference_beside_a_readers_run(tmp_path):
     df = frame([mine], reference_gpu="H200", store=store)
     assert list(df["source"]) == ["yours", "reference"] and df["id"].iloc[1] == ref["id"]
     assert list(frame([Result(ref, "cached")], reference_gpu="H200", store=store)["source"]) == ["reference"]
+
+
+def test_trained_counts_a_run_that_hung_only_at_exit():
+    """records.trained: ok, or a timeout whose trainer printed its summary (every step done; session 18's CUDA-graph
+    runs and session 17's cut-off pipeline run); a timeout mid-run, an OOM or a failure did not train."""
+    from megalab.records import trained
+    cfg = {"iters": 20}
+    done = {"steps": 20, "startup_marks_s": {"first_step": 21.2}}
+    assert trained({"status": "ok", "summary": {}, "config": cfg})
+    assert trained({"status": "timeout", "summary": done, "config": cfg})
+    assert not trained({"status": "timeout", "summary": {"steps": 17}, "config": cfg})
+    assert not trained({"status": "timeout", "summary": {"steps": 20}, "config": cfg})  # no summary line
+    assert not trained({"status": "oom", "summary": done, "config": cfg})

@@ -41,6 +41,25 @@ def test_cuda_graphs_map_onto_megatron_and_need_no_capture_step_by_default():
     assert graph_capture(c, none, model=None, optimizer=None, ddp_config=None)(3) is None
 
 
+def test_the_graphs_are_released_after_the_loop_as_megatron_lm_does(monkeypatch):
+    """Session 18: both captures trained all 20 steps and hung at exit. The trainer now deletes the graphs
+    after its loop (Megatron-LM's train() does for TE's; Megatron's delete_cuda_graphs for the local ones)."""
+    from megatron.core.transformer import cuda_graphs
+    from megalab import presets
+    from megalab.wiring import graph_capture, megatron_configs
+    c = presets.get("gpt-350m").replace(impl="local")
+    _, none, _, _ = megatron_configs(c, dry_run=True)
+    assert graph_capture(c, none, None, None, None).release() is None  # nothing captured, nothing to do
+    deleted = []
+    monkeypatch.setattr(cuda_graphs, "delete_cuda_graphs", lambda: deleted.append("local"))
+    local = c.replace(cuda_graphs="local")
+    _, config, _, _ = megatron_configs(local, dry_run=True)
+    before_step = graph_capture(local, config, None, None, None)
+    assert before_step(1) is None and not deleted
+    before_step.release()
+    assert deleted == ["local"]
+
+
 def test_local_capture_forks_the_tp_rng_under_sequence_parallelism(monkeypatch):
     """Megatron's local capture runs outside TransformerBlock's TP RNG fork: under SP the wrapper forks around it,
     as TE's capture does; without SP, or with TE's capture, schedules.create_cudagraphs stays Megatron's."""

@@ -54,6 +54,17 @@ def _flatten(d: dict, prefix: str) -> list[tuple[str, Any]]:
     return out
 
 
+def trained(record: dict) -> bool:
+    """The run trained every step it was set: status ok, or a timeout after the trainer's summary line (the
+    launcher then stopped ranks that hung at exit; since EXIT_GRACE_S it keeps such a run as ok itself:
+    session 18's two CUDA-graph captures ran their 20 steps and hung until the time limit)."""
+    summary, config = record.get("summary") or {}, record.get("config") or {}
+    if record.get("status") == "ok":
+        return True
+    return (record.get("status") == "timeout" and "startup_marks_s" in summary
+            and summary.get("steps") == config.get("iters"))
+
+
 def label_of(record: dict) -> str | None:
     """The label the library gives the record's configuration now (older records stored a shorter one)."""
     from megalab.config import RunConfig
@@ -118,7 +129,8 @@ def make_record(cfg, outcome, predicted: dict | None = None, env: dict | None = 
     steps, final = parsed.steps, parsed.summary or {}
     summary = metrics.summarize(steps)
     summary["startup_s"] = final.get("startup_s")
-    for name in ("startup_marks_s", "mem_allocated_peak_gib_per_rank", "mem_reserved_peak_gib_per_rank"):
+    for name in ("startup_marks_s", "mem_allocated_peak_gib_per_rank", "mem_reserved_peak_gib_per_rank",
+                 "exit_hung_s"):
         if final.get(name) is not None:
             summary[name] = final[name]
     if env is None:

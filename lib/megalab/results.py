@@ -29,7 +29,7 @@ from megalab.store import (  # noqa: F401  (re-exported: results.Store, results.
     matches,
     same_gpu_model,
 )
-from megalab.records import label_of, make_record, to_frame, utc_now  # noqa: F401  (re-exported)
+from megalab.records import label_of, make_record, to_frame, trained, utc_now  # noqa: F401  (re-exported)
 
 MODES = ("live", "cached", "auto")
 SOURCES = ("live", "cached", "reference")
@@ -53,6 +53,7 @@ class Result:
     env = property(lambda self: self.record.get("env") or {})
     error = property(lambda self: self.record.get("error"))
     ok = property(lambda self: self.record.get("status") == "ok")
+    trained = property(lambda self: trained(self.record))  # ok, or every step done and the exit hung
 
     @property
     def label(self) -> str | None:

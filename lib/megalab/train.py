@@ -343,6 +343,7 @@ def train(cfg, args, rank: int) -> None:
 
     if prof is not None:
         prof.stop()
+    capture_graphs.release()  # as Megatron-LM's train() does before it ends (session 18's graphed runs hung at exit)
     if routing is not None:
         routing.write(args.run_dir or ".", rank)
     alloc = all_gather(torch.cuda.max_memory_allocated() / GIB, device)

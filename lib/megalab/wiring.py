@@ -316,10 +316,19 @@ def graph_capture(cfg, config, model, optimizer, ddp_config):
     """Megatron-LM's train() for --cuda-graph-impl transformer_engine: after GRAPH_WARMUP_STEPS eager steps,
     capture every layer's forward and backward per micro-batch in flight (TECudaGraphHelper, which reads
     Megatron's micro-batch calculator); later steps replay them. Returns the function to call before each
-    step. The local implementation needs none: forward_backward_func records on the first step and
-    captures at its end (create_cudagraphs in pipeline_parallel/schedules.py)."""
-    if cfg.cuda_graphs != "te":
-        return lambda step: None
+    step; its `release()` deletes the graphs after the loop, as Megatron-LM's train() does before it ends
+    (session 18: both captures trained all 20 steps, then every rank hung at exit until the time limit).
+    The local implementation needs no call before a step: forward_backward_func records on the first step
+    and captures at its end (create_cudagraphs in pipeline_parallel/schedules.py)."""
+    if cfg.cuda_graphs == "none":
+        before_step = lambda step: None  # noqa: E731
+        before_step.release = lambda: None
+        return before_step
+    if cfg.cuda_graphs == "local":
+        from megatron.core.transformer import cuda_graphs
+        before_step = lambda step: None  # noqa: E731
+        before_step.release = cuda_graphs.delete_cuda_graphs
+        return before_step
     import torch
     from megatron.core.num_microbatches_calculator import init_num_microbatches_calculator
     from megatron.core.transformer.cuda_graphs import TECudaGraphHelper
@@ -338,6 +347,11 @@ def graph_capture(cfg, config, model, optimizer, ddp_config):
             for m in model:
                 m.enable_forward_pre_hook()
             helper.cuda_graph_set_manual_hooks()
+
+    def release():
+        if helper.graphs_created():
+            helper.delete_cuda_graphs()
+    before_step.release = release
     return before_step
 
 

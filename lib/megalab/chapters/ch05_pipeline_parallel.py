@@ -14,12 +14,14 @@ alone on its host:
 - PP 4, on a 4× H200 host (2026-11-26, trainer e9cf7de): one stage's worth (18 layers) alone on one of its
   H200s, m = 1, 2, 4, 8, 16; the bubble sweep m = 1, 2, 4, 8; a profiled step of 1F1B and of PP 4 × VPP 2
   at m = 8. Then (2026-11-27, trainer 6b7f807, unchanged): m = 16 (micro-batch 1); v = 2, 3, 6 at m = 4 and
-  16; the layouts PP 4 and PP 4 × VPP 2 (the m = 16 runs), TP 2 + SP × PP 2 and TP 4 + SP at micro-batch 1.
+  16; the layouts PP 4 and PP 4 × VPP 2 (the m = 16 runs), TP 2 + SP × PP 2 and TP 4 + SP at micro-batch 1;
+  TP 2 + SP × PP 2 × VPP 2 (session 17): its 20 steps and the trainer's summary, then stopped at exit by
+  its lease's end (status timeout; `results.trained` counts it).
 
 Queued (`pending`): the rest of the chapter's plan (Shoeybi et al. 2019's gpt-8.3b, 72 layers, with
 Transformer Engine, which theory puts above one H200's memory at micro-batch 1 and well inside it on two
-pipeline stages): the layout TP 2 + SP × PP 2 × VPP 2 on four GPUs (cut off by its lease's end); PP 8's
-sweeps, chunk counts, stage alone, profiled steps and layouts; and parity of the pipelines not recorded yet.
+pipeline stages): PP 8's sweeps, chunk counts, stage alone, profiled steps and layouts; and parity of the
+pipelines not recorded yet. The four-GPU plan is recorded whole.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ RECORDED = {
     2: {"m": (1, 2, 4, 8), "vpp": {2: (2, 3, 4, 6), 8: (2, 3, 4, 6)},
         "layouts": ((1, 1), (2, 1), (1, 2))},     # PP 2, TP 2 + SP, PP 2 × VPP 2
     4: {"m": (1, 2, 4, 8, 16), "vpp": {4: (2, 3, 6), 16: (2, 3, 6)},
-        "layouts": ((1, 1), (2, 1), (4, 1), (1, 2))},     # PP 4, TP 2 + SP × PP 2, TP 4 + SP, PP 4 × VPP 2
+        # PP 4, TP 2 + SP × PP 2, TP 4 + SP, PP 4 × VPP 2, TP 2 + SP × PP 2 × VPP 2 (its 20 steps, stopped at exit)
+        "layouts": ((1, 1), (2, 1), (4, 1), (1, 2), (2, 2))},
 }
 RECORDED_PP = tuple(RECORDED)     # (2, 4)
 
@@ -110,7 +113,7 @@ def runs(gpus: int = 2, iters: int = ITERS) -> dict:
                 for p in RECORDED_PP if RECORDED[p]["vpp"]},
         # 4. the measured schedules: one profiled step of 1F1B and of PP p × VPP 2, m = 2p
         "profile": {p: plans[p]["profile"][p] for p in RECORDED_PP},
-        # 5. layouts on PP p's p GPUs at micro-batch 1 (PP 2: PP 2, TP 2 + SP, PP 2 × VPP 2; PP 4: and TP 4 + SP)
+        # 5. layouts on PP p's p GPUs at micro-batch 1 (PP 2: PP 2, TP 2 + SP, PP 2 × VPP 2; PP 4: every one)
         "layouts": {p: [c for c in plans[p]["layouts"][p] if (c.tp, c.vpp) in RECORDED[p]["layouts"]]
                     for p in RECORDED_PP if RECORDED[p]["layouts"]},
         # 6. still correct: PP 4, PP 4 × VPP 2, TP 2 × PP 2 against one GPU (mbs 4, gbs 16: m = 4) ...
