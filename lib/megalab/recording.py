@@ -19,12 +19,14 @@ def _gpu_of(item) -> str | None:
 
 def is_recorded(item, store=None) -> bool:
     """Does the store answer this item in cached mode with settled outcomes (ok, oom, invalid), every run
-    of a fit or parity included? A timeout or crash on record is worth recording again."""
+    of a fit or parity included? A timeout or crash on record is worth recording again, unless the run trained
+    every step and only its exit was cut (records.trained)."""
     from megalab.results import SETTLED, NotRecorded, run
     from megalab.sweep import ProbeFailed
     try:
         if isinstance(item, RunConfig):
-            return run(item, mode="cached", store=store, quiet=True).status in SETTLED
+            found = run(item, mode="cached", store=store, quiet=True)
+            return found.status in SETTLED or found.trained
         result = item.run(mode="cached", store=store, quiet=True)
     except (NotRecorded, ProbeFailed):
         return False
