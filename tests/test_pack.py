@@ -1,5 +1,8 @@
 """tools/gpu/pack.py's plan reader and its --resume bookkeeping (the runs themselves need a GPU host)."""
 import importlib.util
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 _spec = importlib.util.spec_from_file_location("pack", Path(__file__).parents[1] / "tools/gpu/pack.py")
@@ -62,3 +65,19 @@ def test_a_line_that_failed_twice_on_this_host_is_given_up(tmp_path, monkeypatch
     assert pack.read_given_up(plan) == {4: "side! peer --preset gpt2-xl --gpus 2 --dist-opt"}
     plan.write_text(PLAN.replace("--dist-opt", "--dist-opt --mbs 2"))
     assert pack.read_given_up(plan) == {}
+
+
+def test_a_job_past_the_hard_end_is_interrupted_as_ctrl_c_would(tmp_path):
+    """A fit line is several runs, each under the cut time limit: past --hard-end the job gets SIGINT (megalab's
+    launcher stops its ranks on KeyboardInterrupt), then SIGKILL if it lingers."""
+    said = tmp_path / "said"
+    polite = subprocess.Popen([sys.executable, "-c", "import time\ntry:\n    print('ready', flush=True)\n    time.sleep(60)\n"
+                               f"except KeyboardInterrupt:\n    open({str(said)!r}, 'w').write('interrupted')"],
+                              stdout=subprocess.PIPE)
+    stubborn = subprocess.Popen([sys.executable, "-c", "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                                 "print('ready', flush=True)\ntime.sleep(60)"], stdout=subprocess.PIPE)
+    polite.stdout.readline(), stubborn.stdout.readline()  # both are inside their sleep
+    t0 = time.time()
+    pack.stop(polite, grace_s=10)
+    pack.stop(stubborn, grace_s=1)
+    assert said.read_text() == "interrupted" and stubborn.returncode == -9 and time.time() - t0 < 10

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -30,6 +31,10 @@ import time
 
 PROGRESS = "/tmp/megalab-plan-done"  # survives between chained calls on one host, not onto a new one
 TRIES = 2                            # a line that failed this often on this host is not run again by --resume
+# --hard-end cuts each run's time limit, but a fit or parity line is several runs: one still going this long past
+# the hard end is interrupted (session 18's last call ran a fit search past its own limit: no tarball came back)
+HARD_END_SLACK_S = 5
+STOP_GRACE_S = 15
 
 
 def _lines(path):
@@ -98,6 +103,16 @@ def cut_off(elapsed_s: float, timeout_s: float, full_timeout_s: float) -> bool:
 def finished(returncode: int, elapsed_s: float, timeout_s: float, full_timeout_s: float) -> bool:
     """A job counts as done when it exited 0 and was not cut off by --hard-end."""
     return returncode == 0 and not cut_off(elapsed_s, timeout_s, full_timeout_s)
+
+
+def stop(proc, grace_s: float = STOP_GRACE_S) -> None:
+    """Interrupt a job as Ctrl-C would (megalab's launcher then stops its ranks), and kill it if it lingers."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def main(argv=None) -> int:
@@ -170,6 +185,9 @@ def main(argv=None) -> int:
         time.sleep(0.5)
         for item in list(running):
             proc, mine, what, t0, _, number, timeout = item
+            if args.hard_end and proc.poll() is None and time.time() - start > args.hard_end + HARD_END_SLACK_S:
+                print(f"[{time.time()-start:6.1f}s] hard end: interrupting {what}", flush=True)
+                stop(proc)
             if proc.poll() is not None:
                 running.remove(item)
                 free = sorted(free + mine)
