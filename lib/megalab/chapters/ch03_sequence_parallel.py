@@ -5,9 +5,10 @@ formula counts exist. Activation memory per layer is measured as the difference 
 counts (the trainer's `act_gib`: memory allocated between the start of the first forward pass and its
 loss), which cancels the embedding, the logits and the loss.
 
-`runs` holds what the records answer (one GPU, TP 2 on two GPUs and TP 4 on four: RECORDED_TP; the fits only
-at TP 2: RECORDED_FIT_TP; the profiled recompute steps only at TP 4: RECORDED_PROFILE_RECOMPUTE_TP); `pending` the
-multi-GPU runs queued for the chapter's next version (gpt-22b's fits at TP 4, the profiled recompute steps at TP 2,
+`runs` holds what the records answer (one GPU, TP 2 on two GPUs and TP 4 on four: RECORDED_TP; the fits by
+layout at each degree: RECORDED_FITS, all four at TP 2, three of gpt-22b's at TP 4; the profiled recompute steps
+only at TP 4: RECORDED_PROFILE_RECOMPUTE_TP); `pending` the multi-GPU runs queued for the chapter's next version
+(gpt-22b's full-recomputation fit at TP 4, whose search the lease cut short, the profiled recompute steps at TP 2,
 everything at TP 8), built by the same definitions so that their keys do not change when they move into `runs`.
 """
 
@@ -19,8 +20,10 @@ from megalab.specs import ITERS, PARITY_ITERS, Fit, Parity, Profiled, degrees
 LAYERS = (4, 8)   # two depths: their difference is what one layer keeps
 FIT_ITERS = 5     # a fit probe needs the peak of a step, not a timing
 RECORDED_TP = (2, 4)       # TP degrees whose per-layer pairs, profiled steps and recompute runs are recorded
-RECORDED_FIT_TP = (2,)     # ... and whose fits (BIG's largest micro-batch per layout) are recorded: gpt-22b's at TP 4
-                           # are queued
+LAYOUTS = ("tp", "tp_sp", "tp_sp_selective", "tp_full")   # the chapter's four layouts at each TP degree (_variants)
+RECORDED_FITS = {2: LAYOUTS,  # TP degree -> layouts whose fits (BIG's largest micro-batch) are recorded: gpt-22b's
+                 4: ("tp", "tp_sp", "tp_sp_selective")}  # at TP 4 but full recompute's (session 18: 29 ran, 32 and
+                                                         # 35 ran out of memory, 30 and 31 unprobed: queued)
 RECORDED_SP_PARITY = (2, 4)  # TP degrees whose TP + SP parity is recorded
 RECORDED_SP_SELECTIVE_PARITY = (2, 4)  # ... and TP + SP + selective recomputation parity
 RECORDED_PROFILE_RECOMPUTE_TP = (4,)  # TP degrees whose profiled recompute steps (none, selective) are recorded
@@ -28,9 +31,10 @@ RECORDED_MODULES_TP = (2, 4)  # TP degrees whose recompute of chosen modules (MO
                               # on a second 2xH200 host, the first runs having met a megatron-core bug, retracted;
                               # TP 4: on the 4xH200 host of the other TP 4 timings)
 MODULES = "mlp"            # Megatron's recompute_modules beyond the default core_attn: the MLP, re-run from its input
-BIG = {2: "gpt-8.3b"}      # the model whose largest micro-batch each layout fits, by TP degree (TP 2: recorded) ...
+BIG = {2: "gpt-8.3b"}      # the model whose largest micro-batch each layout fits, by TP degree (TP 2) ...
 BIG_WIDE = "gpt-22b"       # ... and at TP >= 4: the seed's GPT-22B experiment at half its TP (theory on an H200 at
-                           # TP 4: TP fits 5 sequences, TP + SP 9, full recompute 32)
+                           # TP 4: TP fits 5 sequences, TP + SP 9, full recompute 32; recorded: 4, 8, 8 with
+                           # selective recompute, and full recompute's search cut short between 29 and 32)
 
 
 def _pair(cfg) -> list:
@@ -45,10 +49,16 @@ def _shape(iters: int):
 
 
 def _variants(t: int) -> dict:
-    """The chapter's four layouts at TP t."""
+    """The chapter's four layouts (LAYOUTS) at TP t."""
     return {"tp": dict(gpus=t, tp=t), "tp_sp": dict(gpus=t, tp=t, sp=True),
             "tp_sp_selective": dict(gpus=t, tp=t, sp=True, recompute="selective"),
             "tp_full": dict(gpus=t, tp=t, recompute="full")}
+
+
+def _fits(ts: list, recorded: bool) -> dict:
+    """{TP degree: the layouts whose fits are recorded (or, recorded=False, not yet)} over `ts`, empty ones left out."""
+    found = {t: [n for n in LAYOUTS if (n in RECORDED_FITS.get(t, ())) == recorded] for t in ts}
+    return {t: names for t, names in found.items() if names}
 
 
 def _one(iters: int):
@@ -68,9 +78,9 @@ def _recompute_tp(t: int, iters: int, recompute: str):
     return _one(iters).replace(gpus=t, tp=t, sp=True, mbs=8, gbs=8, recompute=recompute)
 
 
-def _tp(ts: list, iters: int, gpu: str, fit_ts: list) -> dict:
+def _tp(ts: list, iters: int, gpu: str, fits: dict) -> dict:
     """TP and SP at each TP degree of `ts`: per-layer memory, profiled collectives, what recompute costs; and
-    what fits (gpt-8.3b at TP 2, gpt-22b from TP 4 on: BIG) at each degree of `fit_ts`."""
+    what fits (gpt-8.3b at TP 2, gpt-22b from TP 4 on: BIG) in the layouts `fits` names by degree (_fits)."""
     shape = _shape(iters)
     big = lambda t: presets.get(BIG.get(t, BIG_WIDE)).replace(seq=2048, dropout=0.1, iters=iters)  # noqa: E731
     return {
@@ -80,7 +90,7 @@ def _tp(ts: list, iters: int, gpu: str, fit_ts: list) -> dict:
                        for sp in (False, True)],
         # what fits: the largest micro-batch of BIG's model per layout
         "fit_mbs": {t: {name: Fit(big(t).replace(mbs=1, gbs=1, iters=FIT_ITERS, **kw), "mbs", gpu)
-                        for name, kw in _variants(t).items()} for t in fit_ts},
+                        for name, kw in _variants(t).items() if name in names} for t, names in fits.items()},
         "recompute_tp": {t: [_recompute_tp(t, iters, r) for r in ("none", "selective", "full")] for t in ts},
     }
 
@@ -104,9 +114,9 @@ def _modules(ts: list, iters: int) -> dict:
 def runs(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
     """What the records answer: one layer term by term, what recompute costs on one GPU and where its time
     goes (profiled steps), the largest micro-batch with and without full recompute; TP and SP at the
-    recorded TP degrees (RECORDED_TP: per-layer memory, profiled collectives, recompute cost; RECORDED_FIT_TP:
-    gpt-8.3b's fits); and TP + SP, with and without selective recompute, against one GPU. `gpus`: the most GPUs to
-    scale to (2 reads TP 2, 4 and 8 read TP 2 and TP 4)."""
+    recorded TP degrees (RECORDED_TP: per-layer memory, profiled collectives, recompute cost; RECORDED_FITS:
+    gpt-8.3b's fits at TP 2, gpt-22b's at TP 4 but full recompute's); and TP + SP, with and without selective
+    recompute, against one GPU. `gpus`: the most GPUs to scale to (2 reads TP 2, 4 and 8 read TP 2 and TP 4)."""
     shape, one = _shape(iters), _one(iters)
     ts = degrees(gpus)
     return {
@@ -124,7 +134,7 @@ def runs(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
         # the same on one 80 GB H100, by the trainer that also times each forward and backward pass (profile.schedule)
         "profile_recompute_h100": [Profiled(one.replace(recompute=r), "H100") for r in ("none", "selective", "full")],
         # 3. TP and SP at the recorded degrees
-        **_tp([t for t in ts if t in RECORDED_TP], iters, gpu, [t for t in ts if t in RECORDED_FIT_TP]),
+        **_tp([t for t in ts if t in RECORDED_TP], iters, gpu, _fits(ts, recorded=True)),
         **_profile_recompute([t for t in ts if t in RECORDED_PROFILE_RECOMPUTE_TP], iters),
         **_modules([t for t in ts if t in RECORDED_MODULES_TP], iters),
         # 4. still correct: TP + SP, and TP + SP + selective recompute, against one GPU
@@ -135,11 +145,11 @@ def runs(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
 
 def pending(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
     """Queued for the next version: TP and SP at the TP degrees not recorded yet (8: per-layer memory, profiled
-    collectives, recompute cost), what fits gpt-22b where its fits are not recorded (4 and 8), the profiled
-    recompute steps (2 and 8) and the MLP's recompute at the degrees not recorded, and their parities."""
+    collectives, recompute cost), what fits gpt-22b where its fits are not recorded (full recompute at 4, all at 8),
+    the profiled recompute steps (2 and 8) and the MLP's recompute at the degrees not recorded, and their parities."""
     tops = [t for t in degrees(gpus) if t > 1]
     return {
-        **_tp([t for t in tops if t not in RECORDED_TP], iters, gpu, [t for t in tops if t not in RECORDED_FIT_TP]),
+        **_tp([t for t in tops if t not in RECORDED_TP], iters, gpu, _fits(tops, recorded=False)),
         **_profile_recompute([t for t in tops if t not in RECORDED_PROFILE_RECOMPUTE_TP], iters),
         **_modules([t for t in tops if t not in RECORDED_MODULES_TP], iters),
         # still correct: TP + SP + selective recompute, and TP + SP, at the degrees not recorded yet
