@@ -353,6 +353,9 @@ def train(cfg, args, rank: int) -> None:
         emit({"kind": "summary", "steps": cfg.iters, "startup_s": startup_s, "startup_marks_s": startup,
               "mem_allocated_peak_gib_per_rank": alloc, "mem_reserved_peak_gib_per_rank": reserved,
               "env": env.fingerprint()})
+    if cfg.cuda_graphs != "none":  # session 18: every graphed run hung past this point until killed; all is said
+        sys.stdout.flush(), sys.stderr.flush()
+        os._exit(0)
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
 
