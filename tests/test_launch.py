@@ -139,6 +139,13 @@ def test_a_run_that_hangs_after_its_summary_is_kept_as_trained(tmp_path, fake, m
     assert out.parsed.summary["exit_hung_s"] == 1 and len(out.parsed.steps) == 5
 
 
+def test_a_peer_run_that_hangs_after_megatron_lm_is_done_is_kept_too(tmp_path, fake, monkeypatch):
+    monkeypatch.setattr(launch, "EXIT_GRACE_S", 1)
+    fake("import time\nprint('[after training is done] datetime: 2026-11-27 04:00:00', flush=True)\ntime.sleep(60)")
+    out = launch.launch(CFG, runs_root=tmp_path / "runs", progress=False, timeout_s=30)
+    assert out.parsed.summary["exit_hung_s"] == 1 and out.status != "timeout"
+
+
 def test_a_run_that_hangs_before_its_summary_times_out(tmp_path, fake, monkeypatch):
     monkeypatch.setattr(launch, "EXIT_GRACE_S", 1)
     fake(f"import time\nprint('\\n'.join({_steps(3)!r}), flush=True)\ntime.sleep(60)")

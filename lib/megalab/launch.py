@@ -34,6 +34,7 @@ KILL_GRACE_S = 10
 # After the trainer's summary line every rank has trained and gathered its memory peaks: a run still alive this
 # long after it is stopped and kept as trained (session 18: both CUDA-graph captures hung at exit, 250-300 s each)
 EXIT_GRACE_S = 60
+PEER_DONE = "[after training is done]"  # Megatron-LM's pretrain() prints it once its last step is logged
 RDZV_PORT = 29500
 # Multicast (NVLS) is off on the hosts this book was measured on; NCCL and symmetric memory would
 # otherwise try it and fail or hang at communicator creation.
@@ -221,7 +222,7 @@ def launch(cfg, runs_root=None, timeout_s: float = DEFAULT_TIMEOUT_S, progress: 
     (run_dir / "config.json").write_text(cfg.to_json() + "\n")
     (run_dir / "command.txt").write_text(shlex.join(cmd) + "\n")
     bar = _Progress(cfg.iters, cfg.label, progress and not echo)
-    timed_out, hung = threading.Event(), threading.Event()
+    timed_out, hung, done = threading.Event(), threading.Event(), threading.Event()
     with open(run_dir / "log.txt", "w", encoding="utf-8") as log, \
             open(run_dir / "metrics.jsonl", "w", encoding="utf-8") as mfile:
         launched_at = time.time()  # the trainer's startup_s starts here (and the peer's)
@@ -252,8 +253,9 @@ def launch(cfg, runs_root=None, timeout_s: float = DEFAULT_TIMEOUT_S, progress: 
                     mfile.write(json.dumps(obj) + "\n")
                     mfile.flush()
                     bar.update(obj)
-                    if obj.get("kind") == "summary" and not exit_timer.is_alive():
-                        exit_timer.start()
+                if not done.is_set() and ((obj or {}).get("kind") == "summary" or PEER_DONE in line):
+                    done.set()  # every step is in: from here on only the exit is left
+                    exit_timer.start()
                 if echo:
                     print(line, flush=True)
             proc.wait()
@@ -278,9 +280,9 @@ def launch(cfg, runs_root=None, timeout_s: float = DEFAULT_TIMEOUT_S, progress: 
         if "--profile" in extra:
             peer.write_profile(run_dir)  # profile.json, as the trainer writes it: the record keeps it
     status, error = metrics.classify_failure(text, proc.returncode, timed_out.is_set())
-    if hung.is_set() and not timed_out.is_set() and parsed.summary is not None:
+    if hung.is_set() and not timed_out.is_set():
         status, error = "ok", None  # trained to the end: the exit, not the run, hung
-        parsed.summary["exit_hung_s"] = EXIT_GRACE_S
+        parsed.summary = {**(parsed.summary or {}), "exit_hung_s": EXIT_GRACE_S}
     if status == "ok" and not dry_run and not parsed.steps and node_rank == 0:  # other nodes print no steps
         status, error = "failed", {"message": "the trainer exited 0 but reported no steps", "rank": None,
                                    "detail": "\n".join(text.splitlines()[-metrics.TRACEBACK_LINES:])}
