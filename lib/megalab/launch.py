@@ -222,7 +222,7 @@ def launch(cfg, runs_root=None, timeout_s: float = DEFAULT_TIMEOUT_S, progress: 
     (run_dir / "config.json").write_text(cfg.to_json() + "\n")
     (run_dir / "command.txt").write_text(shlex.join(cmd) + "\n")
     bar = _Progress(cfg.iters, cfg.label, progress and not echo)
-    timed_out, hung, done = threading.Event(), threading.Event(), threading.Event()
+    timed_out, hung = threading.Event(), threading.Event()
     with open(run_dir / "log.txt", "w", encoding="utf-8") as log, \
             open(run_dir / "metrics.jsonl", "w", encoding="utf-8") as mfile:
         launched_at = time.time()  # the trainer's startup_s starts here (and the peer's)
@@ -243,6 +243,7 @@ def launch(cfg, runs_root=None, timeout_s: float = DEFAULT_TIMEOUT_S, progress: 
         timer.start()
         exit_timer = threading.Timer(EXIT_GRACE_S, on_hang)
         exit_timer.daemon = True
+        done = False  # the summary (ours) or "[after training is done]" (the peer's) seen: only the exit is left
         try:
             for raw in proc.stdout:
                 line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
@@ -253,8 +254,8 @@ def launch(cfg, runs_root=None, timeout_s: float = DEFAULT_TIMEOUT_S, progress: 
                     mfile.write(json.dumps(obj) + "\n")
                     mfile.flush()
                     bar.update(obj)
-                if not done.is_set() and ((obj or {}).get("kind") == "summary" or PEER_DONE in line):
-                    done.set()  # every step is in: from here on only the exit is left
+                if not done and ((obj or {}).get("kind") == "summary" or PEER_DONE in line):
+                    done = True
                     exit_timer.start()
                 if echo:
                     print(line, flush=True)

@@ -320,14 +320,12 @@ def graph_capture(cfg, config, model, optimizer, ddp_config):
     (session 18: both captures trained all 20 steps, then every rank hung at exit until the time limit).
     The local implementation needs no call before a step: forward_backward_func records on the first step
     and captures at its end (create_cudagraphs in pipeline_parallel/schedules.py)."""
-    if cfg.cuda_graphs == "none":
+    if cfg.cuda_graphs != "te":
         before_step = lambda step: None  # noqa: E731
         before_step.release = lambda: None
-        return before_step
-    if cfg.cuda_graphs == "local":
-        from megatron.core.transformer import cuda_graphs
-        before_step = lambda step: None  # noqa: E731
-        before_step.release = cuda_graphs.delete_cuda_graphs
+        if cfg.cuda_graphs == "local":
+            from megatron.core.transformer import cuda_graphs
+            before_step.release = cuda_graphs.delete_cuda_graphs
         return before_step
     import torch
     from megatron.core.num_microbatches_calculator import init_num_microbatches_calculator
