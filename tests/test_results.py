@@ -79,7 +79,8 @@ def test_live_records_failures_too(tmp_path, monkeypatch):
 def test_store_names_are_re_exported():
     """`results.Store`, `results.load(...)` and friends are the store's and the records' own objects."""
     from megalab import records, store
-    for name in ("Store", "load", "find", "import_records", "matches", "default_root", "RUNS", "BENCH", "ERRATA"):
+    for name in ("Store", "load", "find", "tagged", "import_records", "matches", "default_root", "RUNS", "BENCH",
+                 "ERRATA"):
         assert getattr(results, name) is getattr(store, name), name
     for name in ("to_frame", "make_record", "utc_now"):
         assert getattr(results, name) is getattr(records, name), name
@@ -162,3 +163,17 @@ def test_trained_counts_a_run_that_hung_only_at_exit():
     assert not trained({"status": "timeout", "summary": {"steps": 17}, "config": cfg})
     assert not trained({"status": "timeout", "summary": {"steps": 20}, "config": cfg})  # no summary line
     assert not trained({"status": "oom", "summary": done, "config": cfg})
+
+
+
+def test_reading_around_repeats_made_for_another_comparison(tmp_path):
+    """results.tagged: the ids of a configuration's records that carry one of the tags (session 19's graph pairs
+    repeat chapter 3's TP 4 + SP step without graphs); run(exclude=...) then reads the newest of the others."""
+    store = Store(tmp_path)
+    own = store.append(_record(at="2025-01-01T00:00:00Z"))
+    pair = store.append(_record(at="2025-03-01T00:00:00Z", tags=["graphs"]))
+    assert results.tagged([CFG], ("spread", "graphs"), store=store) == [pair["id"]]
+    assert results.tagged([CFG], ("warmup",), store=store) == []
+    assert results.run(CFG, mode="cached", store=store, quiet=True).record["id"] == pair["id"]    # the newest
+    apart = results.tagged([CFG], ("spread", "graphs"), store=store)
+    assert results.run(CFG, mode="cached", store=store, quiet=True, exclude=apart).record["id"] == own["id"]

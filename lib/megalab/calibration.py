@@ -10,6 +10,7 @@
 Records (`usable_records`): status ok, not retracted (the store's errata), not profiled (the profiler
 slows steps), not packed beside other runs (they shared the host), compiled, Transformer Engine layers
 (the local spec's unfused attention is a different kernel set, which none of the constants describes),
+without CUDA graphs (a graph replays a layer's kernels with one launch: the host floor, host_layer, is gone),
 on one GPU model; the newest record of each configuration (iterations and seed aside). Two kinds are
 kept out:
 - chapter 07's case runs (tag CASE_TAG): they test the ranking the model makes, so they never fit it;
@@ -103,7 +104,8 @@ def usable_records(store=None, gpu: str = "H200") -> list[dict]:
     from megalab import timings
     link = reference_link(store, gpu)
     return [r for cfg, r in timings.timed(store, gpu, lambda r: keeps(r, link)).values()
-            if (r.get("summary") or {}).get("step_time_s") and cfg.compile and cfg.impl == "te" and not cfg.problems()]
+            if (r.get("summary") or {}).get("step_time_s") and cfg.compile and cfg.impl == "te" and not cfg.problems()
+            and cfg.cuda_graphs == "none"]
 
 
 def _hash(cfg) -> int:

@@ -28,6 +28,7 @@ from megalab.store import (  # noqa: F401  (re-exported: results.Store, results.
     load,
     matches,
     same_gpu_model,
+    tagged,
 )
 from megalab.records import label_of, make_record, to_frame, trained, utc_now  # noqa: F401  (re-exported)
 

@@ -6,10 +6,10 @@ counts (the trainer's `act_gib`: memory allocated between the start of the first
 loss), which cancels the embedding, the logits and the loss.
 
 `runs` holds what the records answer (one GPU, TP 2 on two GPUs and TP 4 on four: RECORDED_TP; the fits by
-layout at each degree: RECORDED_FITS, all four at TP 2, three of gpt-22b's at TP 4; the profiled recompute steps
+layout at each degree: RECORDED_FITS, all four at TP 2 and gpt-22b's four at TP 4; the profiled recompute steps
 only at TP 4: RECORDED_PROFILE_RECOMPUTE_TP); `pending` the multi-GPU runs queued for the chapter's next version
-(gpt-22b's full-recomputation fit at TP 4, whose search the lease cut short, the profiled recompute steps at TP 2,
-everything at TP 8), built by the same definitions so that their keys do not change when they move into `runs`.
+(the profiled recompute steps at TP 2, everything at TP 8), built by the same definitions so that their keys do not
+change when they move into `runs`.
 """
 
 from __future__ import annotations
@@ -21,20 +21,22 @@ LAYERS = (4, 8)   # two depths: their difference is what one layer keeps
 FIT_ITERS = 5     # a fit probe needs the peak of a step, not a timing
 RECORDED_TP = (2, 4)       # TP degrees whose per-layer pairs, profiled steps and recompute runs are recorded
 LAYOUTS = ("tp", "tp_sp", "tp_sp_selective", "tp_full")   # the chapter's four layouts at each TP degree (_variants)
-RECORDED_FITS = {2: LAYOUTS,  # TP degree -> layouts whose fits (BIG's largest micro-batch) are recorded: gpt-22b's
-                 4: ("tp", "tp_sp", "tp_sp_selective")}  # at TP 4 but full recompute's (session 18: 29 ran, 32 and
-                                                         # 35 ran out of memory, 30 and 31 unprobed: queued)
+RECORDED_FITS = {2: LAYOUTS,  # TP degree -> layouts whose fits (BIG's largest micro-batch) are recorded: all four,
+                 4: LAYOUTS}  # gpt-22b's at TP 4 too (full recompute's search ended in session 19: 30 ran, 31 did not)
 RECORDED_SP_PARITY = (2, 4)  # TP degrees whose TP + SP parity is recorded
 RECORDED_SP_SELECTIVE_PARITY = (2, 4)  # ... and TP + SP + selective recomputation parity
 RECORDED_PROFILE_RECOMPUTE_TP = (4,)  # TP degrees whose profiled recompute steps (none, selective) are recorded
 RECORDED_MODULES_TP = (2, 4)  # TP degrees whose recompute of chosen modules (MODULES) is recorded (TP 2: session 15,
                               # on a second 2xH200 host, the first runs having met a megatron-core bug, retracted;
                               # TP 4: on the 4xH200 host of the other TP 4 timings)
+READ_APART = ("spread", "graphs")  # tags of repeats of the TP + SP step made for other comparisons (the
+                                   # chapter's back-to-back spread, the performance page's CUDA graphs): the
+                                   # chapter's timings read around them
 MODULES = "mlp"            # Megatron's recompute_modules beyond the default core_attn: the MLP, re-run from its input
 BIG = {2: "gpt-8.3b"}      # the model whose largest micro-batch each layout fits, by TP degree (TP 2) ...
 BIG_WIDE = "gpt-22b"       # ... and at TP >= 4: the seed's GPT-22B experiment at half its TP (theory on an H200 at
                            # TP 4: TP fits 5 sequences, TP + SP 9, full recompute 32; recorded: 4, 8, 8 with
-                           # selective recompute, and full recompute's search cut short between 29 and 32)
+                           # selective recompute, 30 with full recompute)
 
 
 def _pair(cfg) -> list:
