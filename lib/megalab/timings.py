@@ -5,6 +5,7 @@ the trainer that made them (records.TRAINER_CHANGES).
     timings.repeats(store, "H200")          # (loose key, trainer revision) -> [(RunConfig, record), ...]
     timings.by_trainer(store, cfg, "H200")  # trainer revision -> cfg's clean timings
     timings.side_by_side(store, "H100", 2)  # our trainer against the peer, timed alternately on one host
+    timings.graph_call(store, cfg, "H200")   # cfg without CUDA graphs and with each capture, alternated in one call
 
 A clean timing is an ok run on that GPU model, not retracted (errata), not profiled (slower steps), not
 packed beside other jobs on its host, with a config that loads. What the layout search marks as measured,
@@ -14,7 +15,7 @@ is a Store, a folder, or None for the default results store.
 
 from __future__ import annotations
 
-__all__ = ["loose_key", "timed", "repeats", "by_trainer", "side_of", "side_by_side"]
+__all__ = ["loose_key", "timed", "repeats", "by_trainer", "side_of", "side_by_side", "graph_call"]
 
 
 def loose_key(cfg) -> str:
@@ -113,3 +114,32 @@ def side_by_side(store, gpu_model: str, gpus: int):
     for who in ("ours", "peer"):
         df[f"{who}_mfu"] = [theory.mfu(c, ms / 1e3, gpu_model) for c, ms in zip(df["cfg"], df[f"{who}_ms"])]
     return df
+
+
+GRAPHS = ("none", "local", "te")   # RunConfig.cuda_graphs: without, Megatron Core's capture, Transformer Engine's
+
+
+def graph_call(store, cfg, gpu_model: str):
+    """cfg without CUDA graphs against itself with each capture (GRAPHS), as the newest call timed them (records
+    tagged `graphs` on `gpu_model`, not profiled, trained: records.trained). The call is the newest run without
+    graphs and every such record of its commit. Returns a DataFrame, one row per run in the order they ran
+    ("1: none", "2: local", ...), with `graphs`, `id`, `status`, `recorded`, `step_ms`, `mfu` and `loss_diff`
+    (|Δloss| per step against the call's first run, an array); and the records of earlier calls, oldest first."""
+    import numpy as np
+    import pandas as pd
+    from megalab.records import trained
+    from megalab.store import _store
+    runs = sorted((r for g in GRAPHS for r in _store(store).find(cfg.replace(cuda_graphs=g), gpu_model=gpu_model,
+                   profiled=False) if "graphs" in (r.get("tags") or []) and trained(r)), key=lambda r: r["recorded_at"])
+    plain = [r for r in runs if r["config"]["cuda_graphs"] == "none"]
+    if not plain:
+        raise LookupError(f"no call timed {cfg.label} on {gpu_model} without CUDA graphs beside its captures: record "
+                          "it with 'graphs!' plan lines (tools/gpu/plans/s19-x4.txt)")
+    commit = plain[-1]["git_commit"]
+    call = [r for r in runs if r["git_commit"] == commit]
+    first = np.array(call[0]["series"]["loss"])
+    df = pd.DataFrame([{"run": f"{i + 1}: {r['config']['cuda_graphs']}", "graphs": r["config"]["cuda_graphs"],
+                        "id": r["id"][:8], "status": r["status"], "recorded": r["recorded_at"][:16].replace("T", " "),
+                        "step_ms": 1e3 * r["summary"]["step_time_s"], "mfu": r["summary"]["mfu"],
+                        "loss_diff": np.abs(np.array(r["series"]["loss"]) - first)} for i, r in enumerate(call)])
+    return df.set_index("run"), [r for r in runs if r["git_commit"] != commit]
