@@ -16,7 +16,11 @@ RECORDED = {"5404654363680c5c", "3b546200a489c8ab", "853fb2d327a48cde", "51de521
             "af133b1118ed4547", "b174b0c45070d93c", "bfa166a485260bd9", "f518d9ff15d71223", "fadb2cabcc9fe713",
             # two GPUs (session 13): top-2 alltoall; the expert-count fit searches, EP and DP + ZeRO
             "3ae12886aab0857f", "8ed85accc3ed444d", "d858ebce25a67eb9",
-            "f1ca48d183c285fc"}                                                           # session 16: top-2 allgather
+            "f1ca48d183c285fc",                                                           # session 16: top-2 allgather
+            # four GPUs (session 19): DP, DP + ZeRO (64 experts), EP 4 (64), its profiled step, EP 4 at 128 and 256,
+            # DP + ZeRO at 128
+            "02cc1e0b2ec6de74", "338ae99714aa151d", "5d24a878bdb96051", "655cf154d4c0d912", "b80cdd5077f8761f",
+            "bb35bab4e8edbed6", "f9789288f96bdfcf"}
 
 
 def _cfg(item) -> RunConfig:
@@ -30,8 +34,25 @@ def test_runs_are_the_recorded_configs(gpus):
 
 
 def test_the_store_answers_every_run():
-    assert recording.plan("ch06", gpus=2, missing_only=True) == []
-    assert recording.plan("ch06", gpus=2, gpu="H100", missing_only=True) == []
+    for gpus in (2, 4):
+        assert recording.plan("ch06", gpus=gpus, missing_only=True) == []
+        assert recording.plan("ch06", gpus=gpus, gpu="H100", missing_only=True) == []
+
+
+def test_at_four_gpus_the_first_layouts_are_read_and_the_rest_queued():
+    """Session 19 recorded 7 of the 21 four-GPU runs; QUEUED[4] keeps the rest in `pending`, a layout's run in
+    exactly one of the two, and at 8 GPUs everything is queued."""
+    from megalab.chapters.ch06_expert_parallel import QUEUED, pending
+    four = chapters.runs("ch06", 2)["layouts"][4]
+    assert set(four) == {"dp", "ep", "experts_ep", "experts_dp", "profile", "dispatcher"}
+    assert set(four["experts_dp"]) == {64, 128} and four["dispatcher"] == four["ep"]   # alltoall: EP 4 itself
+    queued = pending(4)
+    assert set(queued) == set(QUEUED[4]) and set(queued["experts_dp"]) == {256}
+    assert [c.moe_dispatcher for c in queued["dispatcher"]] == ["allgather"]
+    assert len([line for line in recording.plan("ch06", 4, pending=True, missing_only=True) if line != "wait"]) == 14
+    whole = {_cfg(i).key for i in specs.items(pending(4, recorded=True))}
+    assert whole == {_cfg(i).key for i in specs.items(four)} | {_cfg(i).key for i in specs.items(queued)}
+    assert set(pending(8)) == set(pending(8, recorded=True))
 
 
 def test_micro_batch_sweep_keeps_the_global_batch():
@@ -61,7 +82,7 @@ def test_both_top2_runs_are_recorded_and_nothing_at_two_gpus_is_queued():
     nothing there is queued; the expert-count fit searches (steps of 8 experts per EP rank) are read too."""
     from megalab.chapters.ch06_expert_parallel import pending
     assert pending(2) == {}
-    two = chapters.runs("ch06", 2)["two_gpus"][2]
+    two = chapters.runs("ch06", 2)["layouts"][2]
     assert set(two["dispatcher_topk"]) == {"alltoall", "allgather"}
     for cfg in two["dispatcher_topk"].values():
         assert cfg.topk == 2 and megalab.run(cfg, "cached", quiet=True).status == "ok"

@@ -26,7 +26,7 @@ def test_a_record_without_counts_says_so():
 def test_the_recorded_policies_differ_as_measured():
     """Forced balance keeps every expert near the mean; with or without the auxiliary loss the router
     collapses onto one expert per layer (top-8 of 64: a load of 8 is every token)."""
-    two = chapters.runs("ch06", 2)["two_gpus"][2]
+    two = chapters.runs("ch06", 2)["layouts"][2]
     recs = {"aux": two["ep"][0], **two["routing"]}
     s = {k: routing.summary(megalab.run(c, "cached", quiet=True).record) for k, c in recs.items()}
     assert s["force"]["max_load"] < 1.05 < s["aux"]["max_load"]

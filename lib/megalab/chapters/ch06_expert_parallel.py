@@ -5,8 +5,9 @@ The seed tutorial's OLMoE-like model (hidden 1024, 16 layers, seq 4096, top-8 of
 load-balancing loss; one sequence per micro-batch, 4 sequences per GPU per step.
 
 `runs` holds what the records answer (one GPU: the models, their profiled steps and a micro-batch sweep;
-the EP 4 parity of moe-small; every multi-GPU layout on two H200s, RECORDED_EP); `pending` the layouts
-queued for the chapter's next version (4 and 8 GPUs).
+the EP 4 parity of moe-small; the multi-GPU layouts at each GPU count of RECORDED_EP: all of them on two H200s,
+the first ones on four, less what QUEUED names); `pending` the layouts queued for the chapter's next version
+(the rest at 4 GPUs, everything at 8).
 
 The trainer changed under these records: from commit 70bfd18 on, Transformer Engine's linears accumulate
 weight gradients straight into the fp32 main_grad, and MoE layers use Megatron's fused permutation and
@@ -24,9 +25,12 @@ EXPERTS = (64, 128, 256)   # the seed's rows: more experts at the same active co
 PROFILE_ITERS = 10         # the profiler traces steps 5-7
 MICRO_BATCHES = (1, 2, 4)  # at the same global batch of 4 sequences: 4, 2 and 1 micro-batches per step
 FUSIONS_AT, FUSIONS_COMMIT = TRAINER_CHANGES[0][:2]   # the trainer's MoE fusions (see above)
-RECORDED_EP = (2,)         # GPU counts whose layouts (DP, EP, experts, dispatchers, ETP, routing, parity) are recorded
-QUEUED: dict = {}           # ... less these, by key and name: runs to retry (none: the top-2 allgather run, queued
-                           # after three zero-token failures in TE 2.11, trained once megalab.wiring guarded them)
+RECORDED_EP = (2, 4)       # GPU counts whose layouts (DP, EP, experts, dispatchers, ETP, routing, parity) are recorded
+QUEUED: dict = {4: {       # ... less these: GPU count -> layout key -> None (all of it), or the names within a dict
+    "experts_dp": (256,),  # (the positions within a list) not recorded yet. Session 19 recorded the first 4-GPU
+    "dispatcher": (1,),    # layouts (DP with and without the distributed optimizer, EP 4 and its profiled step, EP 4 at
+    "dispatcher_experts": None, "dispatcher_topk": None, "etp": None,  # 64/128/256 experts, DP 4 + the distributed
+    "fit_experts": None, "routing": None, "parity": None}}             # optimizer at 128); at two GPUs none since s16
 FIT_ITERS = 5              # a fit probe needs the peak of a step, not a timing
 GPU = "H200"               # the reference records' GPU: the fits probe its memory
 
@@ -41,12 +45,12 @@ def _dense(base):
 
 
 def runs(gpus: int = 2, iters: int = ITERS) -> dict:
-    """What the records answer, whatever `gpus` is: one GPU, the moe-small EP 4 parity, and the layouts
-    on two GPUs (RECORDED_EP) under "two_gpus"; the layouts at more GPUs are in `pending`."""
+    """What the records answer, whatever `gpus` is: one GPU, the moe-small EP 4 parity, and the multi-GPU
+    layouts recorded at each GPU count of RECORDED_EP under "layouts"; the rest are in `pending`."""
     base = _base(iters)
     return {
-        # 2.-6. the multi-GPU layouts recorded on two H200s (each timed run alone on the host)
-        "two_gpus": {t: _split(_layouts(base, t))[0] for t in RECORDED_EP},
+        # 2.-6. the multi-GPU layouts recorded on two and four H200s (each timed run alone on the host)
+        "layouts": {t: _split(_layouts(base, t), QUEUED.get(t, {}))[0] for t in RECORDED_EP},
         # 1. total vs active: the MoE model beside a dense model of equal active size, one GPU
         "dense_equal_active": _dense(base),
         # 3. more experts at the same active compute, one GPU (256: out of memory, recorded)
@@ -92,17 +96,26 @@ def _layouts(base, top: int) -> dict:
 
 
 def pending(gpus: int = 2, iters: int = ITERS, recorded: bool = False) -> dict:
-    """Queued for the next version: the layouts at `gpus` GPUs (the EP degree) when they are not recorded
-    (RECORDED_EP); nothing on one GPU. recorded=True returns them whether recorded or not (what the
-    notebook predicts at `gpus`)."""
+    """Queued for the next version: the layouts at `gpus` GPUs (the EP degree) not recorded yet (all of them
+    beyond RECORDED_EP, what QUEUED names within it); nothing on one GPU. recorded=True returns them whether
+    recorded or not (what the notebook predicts at `gpus`)."""
     top = degrees(gpus)[-1]
     if top == 1:
         return {}
     plan = _layouts(_base(iters), top)
-    return plan if recorded or top not in RECORDED_EP else _split(plan)[1]
+    return plan if recorded or top not in RECORDED_EP else _split(plan, QUEUED.get(top, {}))[1]
 
 
-def _split(plan: dict) -> tuple[dict, dict]:
-    """(recorded, queued): the entries QUEUED names, by key and, within a key, by name, go to the second."""
-    done = {k: v if k not in QUEUED else {n: c for n, c in v.items() if n not in QUEUED[k]} for k, v in plan.items()}
-    return done, {k: {n: plan[k][n] for n in names} for k, names in QUEUED.items()}
+def _split(plan: dict, queued: dict) -> tuple[dict, dict]:
+    """(recorded, queued): the entries `queued` names (a key: None for all of it, else the names within a dict,
+    the positions within a list) go to the second."""
+    def pick(v, names, keep: bool):
+        if isinstance(v, dict):
+            return {n: c for n, c in v.items() if (n in names) != keep}
+        return [c for i, c in enumerate(v) if (i in names) != keep]
+    done = {k: v for k, v in plan.items() if k not in queued}
+    wait = {k: plan[k] for k, names in queued.items() if names is None}
+    for k, names in queued.items():
+        if names is not None:
+            done[k], wait[k] = pick(plan[k], names, True), pick(plan[k], names, False)
+    return done, wait
