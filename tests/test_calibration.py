@@ -81,7 +81,8 @@ def test_only_usable_records_count_and_the_newest_wins(tmp_path):
     skipped = [record(cfg.replace(layers=2), tags=["packed"]), record(cfg.replace(layers=3), tags=["profile"]),
                record(cfg.replace(layers=5), status="oom"), record(cfg.replace(layers=6), gpu="NVIDIA H100 80GB HBM3"),
                record(cfg.replace(layers=7, compile=False)), record(cfg.replace(layers=9, impl="local")),
-               record(cfg.replace(layers=11, cuda_graphs="te"))]   # a graph removes the host floor it fits
+               record(cfg.replace(layers=11, cuda_graphs="te")),   # a graph removes the host floor it fits
+               record(cfg.replace(layers=12), tags=["graphs"])]    # a repeat made for another comparison
     for rec in skipped:
         store.append(rec)
     retracted = store.append(record(cfg.replace(layers=10)))

@@ -45,10 +45,10 @@ def test_at_four_gpus_the_first_layouts_are_read_and_the_rest_queued():
     from megalab.chapters.ch06_expert_parallel import QUEUED, pending
     four = chapters.runs("ch06", 2)["layouts"][4]
     assert set(four) == {"dp", "ep", "experts_ep", "experts_dp", "profile", "dispatcher"}
-    assert set(four["experts_dp"]) == {64, 128} and four["dispatcher"] == four["ep"]   # alltoall: EP 4 itself
+    assert set(four["experts_dp"]) == {64, 128} and four["dispatcher"] == {"alltoall": four["ep"][0]}   # EP 4 itself
     queued = pending(4)
     assert set(queued) == set(QUEUED[4]) and set(queued["experts_dp"]) == {256}
-    assert [c.moe_dispatcher for c in queued["dispatcher"]] == ["allgather"]
+    assert [c.moe_dispatcher for c in queued["dispatcher"].values()] == ["allgather"]
     assert len([line for line in recording.plan("ch06", 4, pending=True, missing_only=True) if line != "wait"]) == 14
     whole = {_cfg(i).key for i in specs.items(pending(4, recorded=True))}
     assert whole == {_cfg(i).key for i in specs.items(four)} | {_cfg(i).key for i in specs.items(queued)}

@@ -73,25 +73,31 @@ def test_the_ratios_spread_always_holds_the_ratio(tmp_path):
 
 
 def test_graph_call_reads_the_newest_call_in_the_order_it_ran(tmp_path):
-    """timings.graph_call: the runs tagged `graphs` of the newest call (the commit of the newest run without graphs),
-    in the order they ran, loss against the call's first run; an earlier call's runs apart; other tags and
-    profiled runs left out; without a run lacking graphs, an error that says how to record one."""
+    """timings.graph_call: the runs tagged `graphs` of the newest call (the newest run without graphs and its
+    neighbours of the same commit and host, each within SITTING_S of the next), in the order they ran, loss
+    against the call's first run; other calls apart, even at the same commit; other tags and profiled runs left
+    out; without a run lacking graphs, an error that says how to record one; runs of unequal steps, an error."""
     import pytest
     store = Store(tmp_path)
-    old = store.append(_record(CFG.replace(cuda_graphs="te"), tags=["graphs"], git_commit="old",
-                               at="2030-01-01T00:00:00Z"))
+    old = store.append(_record(CFG.replace(cuda_graphs="te"), tags=["graphs"], git_commit="new",
+                               at="2030-02-01T00:00:00Z"))               # same commit, a day before: another call
     with pytest.raises(LookupError, match="graphs!"):
         timings.graph_call(store, CFG, "H200")
     made = []
     for i, g in enumerate(("none", "local", "te", "none")):
-        rec = _record(CFG.replace(cuda_graphs=g), tags=["graphs"], git_commit="new", at=f"2030-02-0{i + 1}T00:00:00Z")
+        rec = _record(CFG.replace(cuda_graphs=g), tags=["graphs"], git_commit="new", at=f"2030-02-02T00:0{i}:00Z")
         rec["series"]["loss"] = [x + 0.01 * i for x in rec["series"]["loss"]]
         rec["summary"]["step_time_s"] = 0.3 if g == "none" else 0.15
         made.append(store.append(rec))
-    store.append(_record(CFG, tags=["side"], git_commit="new", at="2030-03-01T00:00:00Z"))   # not a graph pair
-    store.append(_record(CFG, tags=["graphs", "profile"], git_commit="new", at="2030-03-02T00:00:00Z"))
+    store.append(_record(CFG, tags=["side"], git_commit="new", at="2030-02-02T00:05:00Z"))   # not a graph pair
+    store.append(_record(CFG, tags=["graphs", "profile"], git_commit="new", at="2030-02-02T00:06:00Z"))
     call, earlier = timings.graph_call(store, CFG, "H200")
     assert list(call.index) == ["1: none", "2: local", "3: te", "4: none"]
     assert list(call["id"]) == [r["id"][:8] for r in made] and [r["id"] for r in earlier] == [old["id"]]
-    assert list(call["step_ms"]) == [300.0, 150.0, 150.0, 300.0]
+    assert list(call["step_ms"]) == [300.0, 150.0, 150.0, 300.0] and call["exit_hung_s"].isna().all()
     assert call["loss_diff"].map(max).round(6).tolist() == [0.0, 0.01, 0.02, 0.03]
+    short = _record(CFG.replace(cuda_graphs="te"), tags=["graphs"], git_commit="new", at="2030-02-02T00:07:00Z")
+    short["series"]["step"] = short["series"]["step"][:-1]
+    store.append(short)
+    with pytest.raises(ValueError, match="different steps"):
+        timings.graph_call(store, CFG, "H200")

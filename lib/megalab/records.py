@@ -28,6 +28,10 @@ ENV_FIELDS = ("gpu_name", "gpu_count", "gpu_mem_gib", "interconnect", "driver", 
 
 # Changes to the trainer that change how long a step takes: (UTC time it landed, commit, what changed).
 # A record made before a change comes from an older trainer; timings compare only within one revision.
+REPEAT_TAGS = ("spread", "graphs")  # repeats of a configuration made for another comparison (back-to-back runs of
+                                    # one step, CUDA-graph pairs): readers of its own record (chapter 03, the
+                                    # calibration) read around them
+
 TRAINER_CHANGES = (
     ("2026-11-25T04:02:15Z", "70bfd18", "Transformer Engine's linears accumulate wgrad into main_grad; MoE "
      "permute and router fusion, CUTLASS grouped GEMM"),

@@ -117,29 +117,56 @@ def side_by_side(store, gpu_model: str, gpus: int):
 
 
 GRAPHS = ("none", "local", "te")   # RunConfig.cuda_graphs: without, Megatron Core's capture, Transformer Engine's
+SITTING_S = 600                    # runs of one call follow each other within a device call's limit
 
 
 def graph_call(store, cfg, gpu_model: str):
     """cfg without CUDA graphs against itself with each capture (GRAPHS), as the newest call timed them (records
     tagged `graphs` on `gpu_model`, not profiled, trained: records.trained). The call is the newest run without
-    graphs and every such record of its commit. Returns a DataFrame, one row per run in the order they ran
-    ("1: none", "2: local", ...), with `graphs`, `id`, `status`, `recorded`, `step_ms`, `mfu` and `loss_diff`
-    (|Δloss| per step against the call's first run, an array); and the records of earlier calls, oldest first."""
+    graphs and the runs of its commit and host next to it in time, each within SITTING_S of the one before.
+    Returns a DataFrame, one row per run in the order they ran ("1: none", "2: local", ...), with `graphs`,
+    `id`, `status`, `exit_hung_s` (set when the launcher stopped a run hung at exit), `recorded`, `step_ms`, `mfu`
+    and `loss_diff` (|Δloss| per step against the call's first run, an array); and the other records, oldest
+    first. Runs of one call that logged different steps are an error."""
     import numpy as np
     import pandas as pd
     from megalab.records import trained
     from megalab.store import _store
     runs = sorted((r for g in GRAPHS for r in _store(store).find(cfg.replace(cuda_graphs=g), gpu_model=gpu_model,
                    profiled=False) if "graphs" in (r.get("tags") or []) and trained(r)), key=lambda r: r["recorded_at"])
-    plain = [r for r in runs if r["config"]["cuda_graphs"] == "none"]
+    plain = [i for i, r in enumerate(runs) if r["config"]["cuda_graphs"] == "none"]
     if not plain:
         raise LookupError(f"no call timed {cfg.label} on {gpu_model} without CUDA graphs beside its captures: record "
                           "it with 'graphs!' plan lines (tools/gpu/plans/s19-x4.txt)")
-    commit = plain[-1]["git_commit"]
-    call = [r for r in runs if r["git_commit"] == commit]
+    call = _sitting(runs, plain[-1])
+    steps = call[0]["series"]["step"]
+    if any(r["series"]["step"] != steps for r in call):
+        raise ValueError(f"the runs of {cfg.label}'s graph call logged different steps: compare them step by step")
     first = np.array(call[0]["series"]["loss"])
     df = pd.DataFrame([{"run": f"{i + 1}: {r['config']['cuda_graphs']}", "graphs": r["config"]["cuda_graphs"],
-                        "id": r["id"][:8], "status": r["status"], "recorded": r["recorded_at"][:16].replace("T", " "),
+                        "id": r["id"][:8], "status": r["status"], "exit_hung_s": r["summary"].get("exit_hung_s"),
+                        "recorded": r["recorded_at"][:16].replace("T", " "),
                         "step_ms": 1e3 * r["summary"]["step_time_s"], "mfu": r["summary"]["mfu"],
-                        "loss_diff": np.abs(np.array(r["series"]["loss"]) - first)} for i, r in enumerate(call)])
-    return df.set_index("run"), [r for r in runs if r["git_commit"] != commit]
+                        "loss_diff": np.abs(np.array(r["series"]["loss"]) - first)}
+                       for i, r in enumerate(call)])
+    return df.set_index("run"), [r for r in runs if not any(r is c for c in call)]
+
+
+def _sitting(runs: list, at: int) -> list:
+    """runs[at] and its neighbours in time from the same commit and host, each within SITTING_S of the next."""
+    from datetime import datetime
+
+    def key(r):
+        env = r.get("env") or {}
+        return r.get("git_commit"), env.get("hostname"), env.get("gpu_count"), env.get("cpu_count")
+
+    def near(a, b) -> bool:   # b follows a within SITTING_S, from the same commit and host
+        t = lambda r: datetime.fromisoformat(r["recorded_at"].replace("Z", "+00:00"))   # noqa: E731
+        return key(a) == key(b) and (t(b) - t(a)).total_seconds() <= SITTING_S
+
+    lo = hi = at
+    while lo > 0 and near(runs[lo - 1], runs[lo]):
+        lo -= 1
+    while hi + 1 < len(runs) and near(runs[hi], runs[hi + 1]):
+        hi += 1
+    return runs[lo:hi + 1]

@@ -26,9 +26,9 @@ PROFILE_ITERS = 10         # the profiler traces steps 5-7
 MICRO_BATCHES = (1, 2, 4)  # at the same global batch of 4 sequences: 4, 2 and 1 micro-batches per step
 FUSIONS_AT, FUSIONS_COMMIT = TRAINER_CHANGES[0][:2]   # the trainer's MoE fusions (see above)
 RECORDED_EP = (2, 4)       # GPU counts whose layouts (DP, EP, experts, dispatchers, ETP, routing, parity) are recorded
-QUEUED: dict = {4: {       # ... less these: GPU count -> layout key -> None (all of it), or the names within a dict
-    "experts_dp": (256,),  # (the positions within a list) not recorded yet. Session 19 recorded the first 4-GPU
-    "dispatcher": (1,),    # layouts (DP with and without the distributed optimizer, EP 4 and its profiled step, EP 4 at
+QUEUED: dict = {4: {       # ... less these: GPU count -> layout key -> None (all of it), or the names within it not
+    "experts_dp": (256,),  # recorded yet. Session 19 recorded the first 4-GPU layouts (DP with and without the
+    "dispatcher": ("allgather",),  # distributed optimizer, EP 4 and its profiled step, EP 4 at
     "dispatcher_experts": None, "dispatcher_topk": None, "etp": None,  # 64/128/256 experts, DP 4 + the distributed
     "fit_experts": None, "routing": None, "parity": None}}             # optimizer at 128); at two GPUs none since s16
 FIT_ITERS = 5              # a fit probe needs the peak of a step, not a timing
@@ -78,7 +78,7 @@ def _layouts(base, top: int) -> dict:
         "experts_ep": {n: wide(experts=n, ep=top) for n in EXPERTS},
         "experts_dp": {n: wide(experts=n, dist_opt=True) for n in EXPERTS},
         # 4. the dispatchers (across expert counts and top-k), and expert tensor parallelism against EP
-        "dispatcher": [wide(ep=top, moe_dispatcher=d) for d in ("alltoall", "allgather")],
+        "dispatcher": {d: wide(ep=top, moe_dispatcher=d) for d in ("alltoall", "allgather")},
         "dispatcher_experts": {n: wide(experts=n, ep=top, moe_dispatcher="allgather") for n in EXPERTS[1:]},
         "dispatcher_topk": {d: wide(topk=2, ep=top, moe_dispatcher=d) for d in ("alltoall", "allgather")},
         "etp": [wide(etp=top)],
@@ -107,15 +107,12 @@ def pending(gpus: int = 2, iters: int = ITERS, recorded: bool = False) -> dict:
 
 
 def _split(plan: dict, queued: dict) -> tuple[dict, dict]:
-    """(recorded, queued): the entries `queued` names (a key: None for all of it, else the names within a dict,
-    the positions within a list) go to the second."""
-    def pick(v, names, keep: bool):
-        if isinstance(v, dict):
-            return {n: c for n, c in v.items() if (n in names) != keep}
-        return [c for i, c in enumerate(v) if (i in names) != keep]
+    """(recorded, queued): the entries `queued` names (a key: None for all of it, else names within its dict)
+    go to the second."""
     done = {k: v for k, v in plan.items() if k not in queued}
     wait = {k: plan[k] for k, names in queued.items() if names is None}
     for k, names in queued.items():
         if names is not None:
-            done[k], wait[k] = pick(plan[k], names, True), pick(plan[k], names, False)
+            done[k] = {n: c for n, c in plan[k].items() if n not in names}
+            wait[k] = {n: plan[k][n] for n in names}
     return done, wait
