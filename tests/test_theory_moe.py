@@ -106,5 +106,6 @@ def test_chapter_runs_are_recorded_and_pending_scales(gpus):
         cfg = item if isinstance(item, RunConfig) else item.cfg
         cfg.validate()
         assert cfg.gpus <= gpus
-    if gpus > 2:
-        assert chapters.pending("ch06", gpus)["ep"][-1].ep == gpus
+    if gpus > 2:   # the layouts the notebook predicts at `gpus` (at 4, EP 4 itself is recorded, not queued)
+        from megalab.chapters.ch06_expert_parallel import pending
+        assert pending(gpus, recorded=True)["ep"][-1].ep == gpus
