@@ -77,8 +77,8 @@ class RunConfig:
                              "False runs them eagerly: no compile in the first step, unfused kernels after")
     cuda_graphs: str = _f("none", "capture each transformer layer's forward and backward once as CUDA graphs and "
                                   "replay them: one launch instead of hundreds of kernels from Python per layer (Megatron's "
-                                  "own capture, local, or TE's make_graphed_callables, te; on four H200s both took a host-bound "
-                                  "TP 4 + SP step from 253 to 151 ms: see the performance page)", ("none", "local", "te"))
+                                  "own capture, local, or TE's make_graphed_callables, te; both measured on four H200s, on a "
+                                  "host-bound TP 4 + SP step: see the performance page)", ("none", "local", "te"))
     # -- run --------------------------------------------------------------------------------------
     iters: int = _f(30, "training iterations")
     seed: int = _f(1234, "random seed")

@@ -26,12 +26,12 @@ ENV_FIELDS = ("gpu_name", "gpu_count", "gpu_mem_gib", "interconnect", "driver", 
               "cpu_count")  # from session 15: two hosts of one GPU model launched kernels 2.2x apart, 32 CPUs against 64
 
 
-# Changes to the trainer that change how long a step takes: (UTC time it landed, commit, what changed).
-# A record made before a change comes from an older trainer; timings compare only within one revision.
 REPEAT_TAGS = ("spread", "graphs")  # repeats of a configuration made for another comparison (back-to-back runs of
                                     # one step, CUDA-graph pairs): readers of its own record (chapter 03, the
                                     # calibration) read around them
 
+# Changes to the trainer that change how long a step takes: (UTC time it landed, commit, what changed).
+# A record made before a change comes from an older trainer; timings compare only within one revision.
 TRAINER_CHANGES = (
     ("2026-11-25T04:02:15Z", "70bfd18", "Transformer Engine's linears accumulate wgrad into main_grad; MoE "
      "permute and router fusion, CUTLASS grouped GEMM"),

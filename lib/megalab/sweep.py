@@ -102,7 +102,7 @@ def fit(cfg, vary: str = "mbs", lo: int = 1, hi: int = 64, mode: str = "auto", s
     if not values:
         raise EmptyRange(f"no multiple of {step} in [{lo}, {hi}]: widen the range (lo <= hi) or pass another step")
     out = FitResult(vary, None)
-    known = {} if mode == "live" else recorded_probes(cfg, vary, values, store, run_kw.get("gpu"))
+    known = {} if mode == "live" else _recorded_probes(cfg, vary, values, store, run_kw.get("gpu"))
     out.probes += sorted(known.items())
 
     def fits(i: int) -> bool:
@@ -138,10 +138,10 @@ def fit(cfg, vary: str = "mbs", lo: int = 1, hi: int = 64, mode: str = "auto", s
     return out
 
 
-def recorded_probes(cfg, vary: str, values: list[int], store=None, gpu: str | None = None) -> dict:
+def _recorded_probes(cfg, vary: str, values: list[int], store=None, gpu: str | None = None) -> dict:
     """{value: Result} of the probes the store already settles (ok, oom, invalid) among `values`, on
     GPU model `gpu` when given (an 80 GB card's probes say nothing about a 141 GB one): what fit() starts
-    from, and what a search cut short has found so far."""
+    from."""
     from megalab.config import InvalidLayout
     from megalab.results import NotRecorded, run
     known = {}

@@ -138,7 +138,8 @@ def graph_call(store, cfg, gpu_model: str):
     if not plain:
         raise LookupError(f"no call timed {cfg.label} on {gpu_model} without CUDA graphs beside its captures: record "
                           "it with 'graphs!' plan lines (tools/gpu/plans/s19-x4.txt)")
-    call = _sitting(runs, plain[-1])
+    lo, hi = _sitting(runs, plain[-1])
+    call = runs[lo:hi]
     steps = call[0]["series"]["step"]
     if any(r["series"]["step"] != steps for r in call):
         raise ValueError(f"the runs of {cfg.label}'s graph call logged different steps: compare them step by step")
@@ -149,11 +150,12 @@ def graph_call(store, cfg, gpu_model: str):
                         "step_ms": 1e3 * r["summary"]["step_time_s"], "mfu": r["summary"]["mfu"],
                         "loss_diff": np.abs(np.array(r["series"]["loss"]) - first)}
                        for i, r in enumerate(call)])
-    return df.set_index("run"), [r for r in runs if not any(r is c for c in call)]
+    return df.set_index("run"), runs[:lo] + runs[hi:]
 
 
-def _sitting(runs: list, at: int) -> list:
-    """runs[at] and its neighbours in time from the same commit and host, each within SITTING_S of the next."""
+def _sitting(runs: list, at: int) -> tuple[int, int]:
+    """The slice bounds of runs[at] and its neighbours in time from the same commit and host, each within
+    SITTING_S of the next."""
     from datetime import datetime
 
     def key(r):
@@ -169,4 +171,4 @@ def _sitting(runs: list, at: int) -> list:
         lo -= 1
     while hi + 1 < len(runs) and near(runs[hi], runs[hi + 1]):
         hi += 1
-    return runs[lo:hi + 1]
+    return lo, hi + 1
