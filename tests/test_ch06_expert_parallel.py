@@ -20,7 +20,12 @@ RECORDED = {"5404654363680c5c", "3b546200a489c8ab", "853fb2d327a48cde", "51de521
             # four GPUs (session 19): DP, DP + ZeRO (64 experts), EP 4 (64), its profiled step, EP 4 at 128 and 256,
             # DP + ZeRO at 128
             "02cc1e0b2ec6de74", "338ae99714aa151d", "5d24a878bdb96051", "655cf154d4c0d912", "b80cdd5077f8761f",
-            "bb35bab4e8edbed6", "f9789288f96bdfcf"}
+            "bb35bab4e8edbed6", "f9789288f96bdfcf",
+            # four GPUs (session 20): DP + ZeRO at 256, allgather at 64/128/256, top-2 with both dispatchers, ETP 4,
+            # forced and no balancing, the two fit searches, the parity
+            "6cb80c8f570c5620", "d21a3e371cc1b3b8", "6a7dd65af9f96b36", "9934dc96a07bace4", "0a33b2b27290a38e",
+            "2452637904e4a2ef", "1e42138e7c313b2d", "a818252a4d611e8a", "55c08db081db2a2e", "ac77274a97c9676f",
+            "d6c8b14f6ba6d81c", "0813b4801339b852"}
 
 
 def _cfg(item) -> RunConfig:
@@ -39,19 +44,20 @@ def test_the_store_answers_every_run():
         assert recording.plan("ch06", gpus=gpus, gpu="H100", missing_only=True) == []
 
 
-def test_at_four_gpus_the_first_layouts_are_read_and_the_rest_queued():
-    """Session 19 recorded 7 of the 21 four-GPU runs; QUEUED[4] keeps the rest in `pending`, a layout's run in
-    exactly one of the two, and at 8 GPUs everything is queued."""
-    from megalab.chapters.ch06_expert_parallel import QUEUED, pending
+def test_at_four_gpus_all_but_etp_ep_is_read_and_at_eight_every_one_queued():
+    """Sessions 19 and 20 recorded the 21 four-GPU runs of their plan: only ETP 2 x EP 2 (issue 23's ask, added
+    after them) is queued at 4 GPUs, a run in exactly one of the two; the fits found 576 (EP 4) and 304 (DP + ZeRO)
+    experts; at two GPUs the layout has no ETP x EP; 8 GPUs wait whole."""
+    from megalab.chapters.ch06_expert_parallel import pending
     four = chapters.runs("ch06", 2)["layouts"][4]
-    assert set(four) == {"dp", "ep", "experts_ep", "experts_dp", "profile", "dispatcher"}
-    assert set(four["experts_dp"]) == {64, 128} and four["dispatcher"] == {"alltoall": four["ep"][0]}   # EP 4 itself
-    queued = pending(4)
-    assert set(queued) == set(QUEUED[4]) and set(queued["experts_dp"]) == {256}
-    assert [c.moe_dispatcher for c in queued["dispatcher"].values()] == ["allgather"]
-    assert len([line for line in recording.plan("ch06", 4, pending=True, missing_only=True) if line != "wait"]) == 14
+    assert "etp_ep" not in four and [(c.etp, c.ep, c.gpus) for c in pending(4)["etp_ep"]] == [(2, 2, 4)]
+    assert set(pending(4)) == {"etp_ep"} and chapters.runs("ch06", 2)["layouts"][2]["etp_ep"] == []
     whole = {_cfg(i).key for i in specs.items(pending(4, recorded=True))}
-    assert whole == {_cfg(i).key for i in specs.items(four)} | {_cfg(i).key for i in specs.items(queued)}
+    assert whole == {_cfg(i).key for i in specs.items(four)} | {pending(4)["etp_ep"][0].key}
+    assert len(recording.plan("ch06", 4, pending=True, missing_only=True)) == 1
+    fits = {name: f.run("cached", quiet=True).largest for name, f in four["fit_experts"].items()}
+    assert fits == {"EP": 576, "DP + dist. optimizer": 304}
+    assert four["parity"][0].run("cached", quiet=True).passes
     assert set(pending(8)) == set(pending(8, recorded=True))
 
 

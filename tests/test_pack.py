@@ -1,5 +1,6 @@
 """tools/gpu/pack.py's plan reader and its --resume bookkeeping (the runs themselves need a GPU host)."""
 import importlib.util
+import signal
 import subprocess
 import sys
 import time
@@ -69,11 +70,16 @@ def test_a_line_that_failed_twice_on_this_host_is_given_up(tmp_path, monkeypatch
 
 def test_a_job_past_the_hard_end_is_interrupted_as_ctrl_c_would(tmp_path):
     """A fit line is several runs, each under the cut time limit: past --hard-end the job gets SIGINT (megalab's
-    launcher stops its ranks on KeyboardInterrupt), then SIGKILL if it lingers."""
+    launcher stops its ranks on KeyboardInterrupt), then SIGKILL if it lingers. A plan started in the background
+    inherits SIGINT ignored; its jobs start with it restored (pack.ctrl_c_restored), or the interrupt is lost."""
     said = tmp_path / "said"
-    polite = subprocess.Popen([sys.executable, "-c", "import time\ntry:\n    print('ready', flush=True)\n    time.sleep(60)\n"
-                               f"except KeyboardInterrupt:\n    open({str(said)!r}, 'w').write('interrupted')"],
-                              stdout=subprocess.PIPE)
+    ignored = signal.signal(signal.SIGINT, signal.SIG_IGN)       # as in a shell's background job (`cmd &`)
+    try:
+        polite = subprocess.Popen([sys.executable, "-c", "import time\ntry:\n    print('ready', flush=True)\n    time.sleep(60)\n"
+                                   f"except KeyboardInterrupt:\n    open({str(said)!r}, 'w').write('interrupted')"],
+                                  stdout=subprocess.PIPE, preexec_fn=pack.ctrl_c_restored)
+    finally:
+        signal.signal(signal.SIGINT, ignored)
     stubborn = subprocess.Popen([sys.executable, "-c", "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
                                  "print('ready', flush=True)\ntime.sleep(60)"], stdout=subprocess.PIPE)
     polite.stdout.readline(), stubborn.stdout.readline()  # both are inside their sleep

@@ -79,7 +79,7 @@ def test_live_records_failures_too(tmp_path, monkeypatch):
 def test_store_names_are_re_exported():
     """`results.Store`, `results.load(...)` and friends are the store's and the records' own objects."""
     from megalab import records, store
-    for name in ("Store", "load", "find", "tagged", "import_records", "matches", "default_root", "RUNS", "BENCH",
+    for name in ("Store", "load", "find", "import_records", "matches", "default_root", "RUNS", "BENCH",
                  "ERRATA"):
         assert getattr(results, name) is getattr(store, name), name
     for name in ("to_frame", "make_record", "utc_now"):
@@ -166,14 +166,16 @@ def test_trained_counts_a_run_that_hung_only_at_exit():
 
 
 
-def test_reading_around_repeats_made_for_another_comparison(tmp_path):
-    """results.tagged: the ids of a configuration's records that carry one of the tags (session 19's graph pairs
-    repeat chapter 3's TP 4 + SP step without graphs); run(exclude=...) then reads the newest of the others."""
+def test_a_repeat_made_for_another_comparison_answers_only_where_nothing_else_does(tmp_path):
+    """results.select reads a configuration's own record before a newer repeat tagged with REPEAT_TAGS (session 19's
+    graph pairs repeat chapter 3's TP 4 + SP step without graphs; session 21's plan repeats chapter 6's layouts as a
+    spread), and reads the repeat where it is the only record; a packed record still yields to one run alone."""
     store = Store(tmp_path)
     own = store.append(_record(at="2025-01-01T00:00:00Z"))
-    pair = store.append(_record(at="2025-03-01T00:00:00Z", tags=["graphs"]))
-    assert results.tagged([CFG], ("spread", "graphs"), store=store) == [pair["id"]]
-    assert results.tagged([CFG], ("warmup",), store=store) == []
-    assert results.run(CFG, mode="cached", store=store, quiet=True).record["id"] == pair["id"]    # the newest
-    apart = results.tagged([CFG], ("spread", "graphs"), store=store)
-    assert results.run(CFG, mode="cached", store=store, quiet=True, exclude=apart).record["id"] == own["id"]
+    store.append(_record(at="2025-03-01T00:00:00Z", tags=["graphs"]))
+    spread = store.append(_record(at="2025-04-01T00:00:00Z", tags=["spread"]))
+    assert results.run(CFG, mode="cached", store=store, quiet=True).record["id"] == own["id"]
+    assert results.run(CFG, mode="cached", store=store, quiet=True, exclude=[own["id"]]).record["id"] == spread["id"]
+    packed = store.append(_record(at="2025-05-01T00:00:00Z", tags=["packed"]))
+    assert results.run(CFG, mode="cached", store=store, quiet=True).record["id"] == own["id"]
+    assert results.run(CFG, mode="cached", store=store, quiet=True, exclude=[own["id"]]).record["id"] == packed["id"]

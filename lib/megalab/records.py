@@ -27,8 +27,8 @@ ENV_FIELDS = ("gpu_name", "gpu_count", "gpu_mem_gib", "interconnect", "driver", 
 
 
 REPEAT_TAGS = ("spread", "graphs")  # repeats of a configuration made for another comparison (back-to-back runs of
-                                    # one step, CUDA-graph pairs): readers of its own record (chapter 03, the
-                                    # calibration) read around them
+                                    # one step, CUDA-graph pairs): results.select and the calibration read a
+                                    # configuration's own records first
 
 # Changes to the trainer that change how long a step takes: (UTC time it landed, commit, what changed).
 # A record made before a change comes from an older trainer; timings compare only within one revision.

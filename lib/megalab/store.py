@@ -321,14 +321,6 @@ def find(cfg_or_key, store: Store | str | None = None, **kw) -> list[dict]:
     return _store(store).find(cfg_or_key, **kw)
 
 
-def tagged(cfgs: Iterable, tags: Iterable[str], store: Store | str | None = None) -> list[str]:
-    """Ids of the records of these configurations that carry any of `tags`: repeats made for another comparison
-    (chapter 3's back-to-back spread, the performance page's CUDA-graph pairs), which a reader of a
-    configuration's newest record skips with `results.run(..., exclude=tagged(...))`."""
-    tags = set(tags)
-    return [r["id"] for c in cfgs for r in _store(store).find(c) if tags & set(r.get("tags") or [])]
-
-
 def import_records(path: str | os.PathLike, store: Store | str | None = None) -> int:
     """Merge another results file into the store; returns the number of new records."""
     return _store(store).import_records(path)

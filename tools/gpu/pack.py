@@ -105,6 +105,13 @@ def finished(returncode: int, elapsed_s: float, timeout_s: float, full_timeout_s
     return returncode == 0 and not cut_off(elapsed_s, timeout_s, full_timeout_s)
 
 
+def ctrl_c_restored() -> None:
+    """A job's SIGINT back to the default before it starts, so that Python turns it into KeyboardInterrupt (`stop`): a
+    plan started as a shell's background job (`cmd &`) inherits SIGINT ignored, and its jobs would ignore `stop`'s
+    interrupt until the kill (session 20 found it in this module's test, run in the background)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def stop(proc, grace_s: float = STOP_GRACE_S) -> None:
     """Interrupt a job as Ctrl-C would (megalab's launcher then stops its ranks), and kill it if it lingers."""
     proc.send_signal(signal.SIGINT)
@@ -178,7 +185,7 @@ def main(argv=None) -> int:
                        "--timeout", f"{timeout:.0f}", *tags]
                 env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(map(str, mine))}
                 log = open(f"/tmp/pack-{len(running)}-{int(time.time()*1000)}.log", "w")
-                proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+                proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=ctrl_c_restored)
                 running.append((proc, mine, " ".join(flags), time.time(), solo, number, timeout))
                 todo.remove(job)
                 print(f"[{time.time()-start:6.1f}s] start {tag} on GPUs {mine}: {' '.join(flags)}", flush=True)

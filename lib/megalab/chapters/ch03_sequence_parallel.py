@@ -15,7 +15,6 @@ change when they move into `runs`.
 from __future__ import annotations
 
 from megalab import presets
-from megalab.records import REPEAT_TAGS
 from megalab.specs import ITERS, PARITY_ITERS, Fit, Parity, Profiled, degrees
 
 LAYERS = (4, 8)   # two depths: their difference is what one layer keeps
@@ -30,8 +29,6 @@ RECORDED_PROFILE_RECOMPUTE_TP = (4,)  # TP degrees whose profiled recompute step
 RECORDED_MODULES_TP = (2, 4)  # TP degrees whose recompute of chosen modules (MODULES) is recorded (TP 2: session 15,
                               # on a second 2xH200 host, the first runs having met a megatron-core bug, retracted;
                               # TP 4: on the 4xH200 host of the other TP 4 timings)
-READ_APART = REPEAT_TAGS  # repeats of the TP + SP step made for other comparisons (the chapter's back-to-back
-                          # spread, the performance page's CUDA graphs): the chapter's timings read around them
 MODULES = "mlp"            # Megatron's recompute_modules beyond the default core_attn: the MLP, re-run from its input
 BIG = {2: "gpt-8.3b"}      # the model whose largest micro-batch each layout fits, by TP degree (TP 2) ...
 BIG_WIDE = "gpt-22b"       # ... and at TP >= 4: the seed's GPT-22B experiment at half its TP (theory on an H200 at

@@ -6,8 +6,8 @@ load-balancing loss; one sequence per micro-batch, 4 sequences per GPU per step.
 
 `runs` holds what the records answer (one GPU: the models, their profiled steps and a micro-batch sweep;
 the EP 4 parity of moe-small; the multi-GPU layouts at each GPU count of RECORDED_EP: all of them on two H200s,
-the first ones on four, less what QUEUED names); `pending` the layouts queued for the chapter's next version
-(the rest at 4 GPUs, everything at 8).
+all but ETP 2 x EP 2 on four: what QUEUED names); `pending` the layouts queued for the chapter's next version
+(ETP 2 x EP 2 at 4 GPUs, everything at 8).
 
 The trainer changed under these records: from commit 70bfd18 on, Transformer Engine's linears accumulate
 weight gradients straight into the fp32 main_grad, and MoE layers use Megatron's fused permutation and
@@ -26,11 +26,9 @@ PROFILE_ITERS = 10         # the profiler traces steps 5-7
 MICRO_BATCHES = (1, 2, 4)  # at the same global batch of 4 sequences: 4, 2 and 1 micro-batches per step
 FUSIONS_AT, FUSIONS_COMMIT = TRAINER_CHANGES[0][:2]   # the trainer's MoE fusions (see above)
 RECORDED_EP = (2, 4)       # GPU counts whose layouts (DP, EP, experts, dispatchers, ETP, routing, parity) are recorded
-QUEUED: dict = {4: {       # ... less these: GPU count -> layout key -> None (all of it), or the names within it not
-    "experts_dp": (256,),  # recorded yet. Session 19 recorded the first 4-GPU layouts (DP with and without the
-    "dispatcher": ("allgather",),  # distributed optimizer, EP 4 and its profiled step, EP 4 at
-    "dispatcher_experts": None, "dispatcher_topk": None, "etp": None,  # 64/128/256 experts, DP 4 + the distributed
-    "fit_experts": None, "routing": None, "parity": None}}             # optimizer at 128); at two GPUs none since s16
+QUEUED: dict = {4: {"etp_ep": None}}  # ... less these: GPU count -> layout key -> None (all of it), or the names
+                           # within it not recorded yet. Four GPUs: sessions 19 and 20 (two leases on 4x H200), all
+                           # but ETP 2 x EP 2 (added in session 20); two GPUs: everything since session 16
 FIT_ITERS = 5              # a fit probe needs the peak of a step, not a timing
 GPU = "H200"               # the reference records' GPU: the fits probe its memory
 
@@ -82,6 +80,7 @@ def _layouts(base, top: int) -> dict:
         "dispatcher_experts": {n: wide(experts=n, ep=top, moe_dispatcher="allgather") for n in EXPERTS[1:]},
         "dispatcher_topk": {d: wide(topk=2, ep=top, moe_dispatcher=d) for d in ("alltoall", "allgather")},
         "etp": [wide(etp=top)],
+        "etp_ep": [wide(etp=2, ep=top // 2)] if top >= 4 else [],   # both: each expert split in 2, experts over top/2
         # 3. the largest expert count that fits, EP against DP with the distributed optimizer (fit searches
         # around theory's prediction, in steps of 8 experts per EP rank)
         "fit_experts": {name: Fit(wide(iters=FIT_ITERS, **kw), "experts", GPU, step=8 * kw.get("ep", 1))
