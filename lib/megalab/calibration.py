@@ -98,10 +98,9 @@ def keeps(record, link: str | None) -> bool:
     """Whether a calibration may use this clean timing: not a chapter 07 case run, not a repeat made for another
     comparison (records.REPEAT_TAGS: the configuration's own record counts, as the chapters read it), and a
     one-GPU run or one made on the host whose link probe reported `link` (reference_link)."""
-    from megalab.records import REPEAT_TAGS
+    from megalab.records import is_repeat
     one_gpu = (record.get("config") or {}).get("gpus", 1) == 1
-    tags = set(record.get("tags") or [])
-    return (CASE_TAG not in tags and not tags & set(REPEAT_TAGS)
+    return (CASE_TAG not in (record.get("tags") or []) and not is_repeat(record)
             and (one_gpu or (record.get("env") or {}).get("interconnect") == link))
 
 

@@ -28,7 +28,12 @@ ENV_FIELDS = ("gpu_name", "gpu_count", "gpu_mem_gib", "interconnect", "driver", 
 
 REPEAT_TAGS = ("spread", "graphs")  # repeats of a configuration made for another comparison (back-to-back runs of
                                     # one step, CUDA-graph pairs): results.select and the calibration read a
-                                    # configuration's own records first
+                                    # configuration's own records first (is_repeat)
+
+
+def is_repeat(record: dict) -> bool:
+    """Whether a record is a repeat made for another comparison (REPEAT_TAGS), not its configuration's own."""
+    return bool(set(record.get("tags") or ()) & set(REPEAT_TAGS))
 
 # Changes to the trainer that change how long a step takes: (UTC time it landed, commit, what changed).
 # A record made before a change comes from an older trainer; timings compare only within one revision.

@@ -29,7 +29,7 @@ from megalab.store import (  # noqa: F401  (re-exported: results.Store, results.
     matches,
     same_gpu_model,
 )
-from megalab.records import REPEAT_TAGS, label_of, make_record, to_frame, trained, utc_now  # noqa: F401  (re-exported)
+from megalab.records import is_repeat, label_of, make_record, to_frame, trained, utc_now  # noqa: F401  (re-exported)
 
 MODES = ("live", "cached", "auto")
 SOURCES = ("live", "cached", "reference")
@@ -150,7 +150,7 @@ def select(cfg, mode: str, store: Store, gpu_name: str | None, gpus: int, te: bo
     # a repeat made for another comparison (REPEAT_TAGS: back-to-back spread, CUDA-graph pairs) answers only where
     # the configuration has no record of its own; a job that ran alone on its host times cleaner than one packed
     # beside others (tools/gpu/pack.py)
-    found.sort(key=lambda r: (bool(set(r.get("tags") or ()) & set(REPEAT_TAGS)), "packed" in (r.get("tags") or ())))
+    found.sort(key=lambda r: (is_repeat(r), "packed" in (r.get("tags") or ())))
     # a settled outcome (ok, oom, invalid) answers the question; a transient one (timeout, nccl_error,
     # failed) answers it only when nothing settled is recorded, and never hides a settled one
     settled = [r for r in found if r.get("status") in SETTLED]

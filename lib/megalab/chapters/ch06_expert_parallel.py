@@ -26,9 +26,8 @@ PROFILE_ITERS = 10         # the profiler traces steps 5-7
 MICRO_BATCHES = (1, 2, 4)  # at the same global batch of 4 sequences: 4, 2 and 1 micro-batches per step
 FUSIONS_AT, FUSIONS_COMMIT = TRAINER_CHANGES[0][:2]   # the trainer's MoE fusions (see above)
 RECORDED_EP = (2, 4)       # GPU counts whose layouts (DP, EP, experts, dispatchers, ETP, routing, parity) are recorded
-QUEUED: dict = {4: {"etp_ep": None}}  # ... less these: GPU count -> layout key -> None (all of it), or the names
-                           # within it not recorded yet. Four GPUs: sessions 19 and 20 (two leases on 4x H200), all
-                           # but ETP 2 x EP 2 (added in session 20); two GPUs: everything since session 16
+QUEUED = {4: ("etp_ep",)}  # ... less these: GPU count -> layout keys not recorded yet. Four GPUs: sessions 19 and 20
+                           # (two leases on 4x H200), all but ETP 2 x EP 2 (added in session 20); two: all since s16
 FIT_ITERS = 5              # a fit probe needs the peak of a step, not a timing
 GPU = "H200"               # the reference records' GPU: the fits probe its memory
 
@@ -48,7 +47,7 @@ def runs(gpus: int = 2, iters: int = ITERS) -> dict:
     base = _base(iters)
     return {
         # 2.-6. the multi-GPU layouts recorded on two and four H200s (each timed run alone on the host)
-        "layouts": {t: _split(_layouts(base, t), QUEUED.get(t, {}))[0] for t in RECORDED_EP},
+        "layouts": {t: _split(_layouts(base, t), QUEUED.get(t, ()))[0] for t in RECORDED_EP},
         # 1. total vs active: the MoE model beside a dense model of equal active size, one GPU
         "dense_equal_active": _dense(base),
         # 3. more experts at the same active compute, one GPU (256: out of memory, recorded)
@@ -96,22 +95,15 @@ def _layouts(base, top: int) -> dict:
 
 def pending(gpus: int = 2, iters: int = ITERS, recorded: bool = False) -> dict:
     """Queued for the next version: the layouts at `gpus` GPUs (the EP degree) not recorded yet (all of them
-    beyond RECORDED_EP, what QUEUED names within it); nothing on one GPU. recorded=True returns them whether
+    beyond RECORDED_EP, the keys QUEUED names within it); nothing on one GPU. recorded=True returns them whether
     recorded or not (what the notebook predicts at `gpus`)."""
     top = degrees(gpus)[-1]
     if top == 1:
         return {}
     plan = _layouts(_base(iters), top)
-    return plan if recorded or top not in RECORDED_EP else _split(plan, QUEUED.get(top, {}))[1]
+    return plan if recorded or top not in RECORDED_EP else _split(plan, QUEUED.get(top, ()))[1]
 
 
-def _split(plan: dict, queued: dict) -> tuple[dict, dict]:
-    """(recorded, queued): the entries `queued` names (a key: None for all of it, else names within its dict)
-    go to the second."""
-    done = {k: v for k, v in plan.items() if k not in queued}
-    wait = {k: plan[k] for k, names in queued.items() if names is None}
-    for k, names in queued.items():
-        if names is not None:
-            done[k] = {n: c for n, c in plan[k].items() if n not in names}
-            wait[k] = {n: plan[k][n] for n in names}
-    return done, wait
+def _split(plan: dict, queued) -> tuple[dict, dict]:
+    """(recorded, queued): the layout keys `queued` names go to the second."""
+    return {k: v for k, v in plan.items() if k not in queued}, {k: plan[k] for k in queued}
