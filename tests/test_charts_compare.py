@@ -68,3 +68,12 @@ def test_ratio_bars_mark_the_bars_above_one_and_draw_the_spread():
     assert [round(v, 2) for v in bar.error_y.array] == [0.09, 0.08]
     assert [round(v, 2) for v in bar.error_y.arrayminus] == [0.11, 0.12]
     assert fig.layout.shapes[0].y0 == 1
+
+
+def test_ratio_bars_by_group_put_each_group_in_a_trace_and_hatch_the_bars_above_one():
+    df = pd.DataFrame({"config": ["tp2", "pp2", "tp2", "pp2"], "lease": ["a", "a", "b", "b"],
+                       "ratio": [0.81, 0.99, 0.87, 1.05], "ratio_lo": [0.7, 0.9, 0.8, 0.9], "ratio_hi": [0.9, 1.1, 1.0, 1.2]})
+    fig = charts.ratio_bars(df, "config", group="lease")
+    assert [t.name for t in fig.data] == ["a", "b"] and fig.layout.barmode == "group"
+    assert list(fig.data[1].y) == [0.87, 1.05] and list(fig.data[1].marker.pattern.shape) == ["", "/"]
+    assert fig.data[0].marker.color != fig.data[1].marker.color

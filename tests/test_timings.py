@@ -72,6 +72,23 @@ def test_the_ratios_spread_always_holds_the_ratio(tmp_path):
     assert abs(row["ratio"] - 1.0) < 1e-9 and row["ratio_lo"] <= 1.0 <= row["ratio_hi"]
 
 
+def test_side_by_side_by_lease_keeps_each_lease_apart(tmp_path):
+    """Two leases (plans at two commits) on two hosts of one GPU model: pooled, a configuration's sides mix the
+    hosts; by_lease, each lease is a row of its own, labelled with its commit, its ratio from its own runs."""
+    store, peer = Store(tmp_path), CFG.replace(runner="megatron-lm", init="megatron")
+    for commit, day, ours, theirs in (("a" * 40, "01", 0.30, 0.25), ("b" * 40, "02", 0.50, 0.60)):
+        for cfg, t in ((CFG, ours), (peer, theirs)):
+            rec = _timed(cfg, [9, 9, 9, t, t], at=f"2030-01-{day}T00:00:00Z")
+            rec["git_commit"] = commit
+            store.append(rec)
+    pooled = timings.side_by_side(store, "H100", 2)
+    assert len(pooled) == 1 and pooled.iloc[0]["lease"] == "aaaaaaa, 2030-01-01; bbbbbbb, 2030-01-02"
+    df = timings.side_by_side(store, "H100", 2, by_lease=True)
+    assert list(df.index) == [f"{CFG.label} @ aaaaaaa", f"{CFG.label} @ bbbbbbb"]
+    assert [round(r, 3) for r in df["ratio"]] == [1.2, 0.833] and list(df["ours_runs"]) == [1, 1]
+    assert list(df["lease"]) == ["aaaaaaa, 2030-01-01", "bbbbbbb, 2030-01-02"]
+
+
 def test_graph_call_reads_the_newest_call_in_the_order_it_ran(tmp_path):
     """timings.graph_call: the runs tagged `graphs` of the newest call (the newest run without graphs and its
     neighbours of the same commit and host, each within SITTING_S of the next), in the order they ran, loss

@@ -76,7 +76,7 @@ def _steps_ms(record) -> list[float]:
     return [1e3 * t for _, t in kept]
 
 
-def side_by_side(store, gpu_model: str, gpus: int):
+def side_by_side(store, gpu_model: str, gpus: int, by_lease: bool = False):
     """Our trainer against the peer (Megatron-LM's pretrain_gpt.py, megalab.peer) on `gpus` GPUs of one host,
     timed alternately (records tagged `side`): a DataFrame, one row per configuration (iterations and seed
     aside) that both sides ran, named by the trainer's label. Our runs count from the newest trainer
@@ -85,7 +85,11 @@ def side_by_side(store, gpu_model: str, gpus: int):
     quartiles of all its runs' steps after warm-up (the step-to-step spread, and the run-to-run spread where
     there are repeats); `ours_runs` / `peer_runs`. Then `ratio` = ours / peer and its spread, `ratio_lo` (our
     q1 over their q3) to `ratio_hi` (our q3 over their q1), widened where needed to hold `ratio`; `ours_mfu` /
-    `peer_mfu` at the medians, against `gpu_model`'s dense bf16 peak; and `cfg`, the trainer's RunConfig."""
+    `peer_mfu` at the medians, against `gpu_model`'s dense bf16 peak; `cfg`, the trainer's RunConfig; and `lease`,
+    the commit (short) and date of the plan the runs came from, joined where several leases pooled.
+    A step time does not travel between hosts (session 21's two H100s ran CP 2 at 8k 1.3x as long as session
+    14's): with `by_lease`, a lease (the commit a plan ran at) is a group of its own, one row per configuration
+    and lease, labelled "<label> @ <commit>", so each ratio comes from runs that alternated on one host."""
     import numpy as np
     import pandas as pd
     from megalab import theory
@@ -94,20 +98,25 @@ def side_by_side(store, gpu_model: str, gpus: int):
     for cfg, r in _clean(store, gpu_model):
         if "side" in (r.get("tags") or []) and cfg.gpus == gpus:
             who, ours = side_of(cfg)
-            rows.append({"key": loose_key(ours), "who": who, "cfg": ours, "steps": _steps_ms(r),
-                         "ms": 1e3 * r["summary"]["step_time_s"], "rev": trainer_revision(r) if who == "ours" else 0})
+            commit = (r.get("git_commit") or "?")[:7]
+            rows.append({"key": (loose_key(ours), commit if by_lease else ""), "who": who, "cfg": ours,
+                         "steps": _steps_ms(r), "ms": 1e3 * r["summary"]["step_time_s"],
+                         "lease": f"{commit}, {(r.get('recorded_at') or '')[:10]}",
+                         "rev": trainer_revision(r) if who == "ours" else 0})
     out = {}
     for (key, who), part in (pd.DataFrame(rows).groupby(["key", "who"], sort=False) if rows else ()):
         part = part[part["rev"] == part["rev"].max()]
         q1, q3 = np.percentile([t for steps in part["steps"] for t in steps] or list(part["ms"]), [25, 75])
-        row = out.setdefault(key, {"cfg": part["cfg"].iloc[-1]})
+        row = out.setdefault(key, {"cfg": part["cfg"].iloc[-1], "lease": set()})
+        row["lease"] |= set(part["lease"])
         row.update({f"{who}_ms": part["ms"].median(), f"{who}_q1": q1, f"{who}_q3": q3, f"{who}_runs": len(part)})
     both = {k: v for k, v in out.items() if "ours_ms" in v and "peer_ms" in v}
     if not both:
         raise LookupError(f"no configuration timed by both trainers on {gpus} {gpu_model} GPU(s): record both sides "
                           f"with tools/gpu/plans/peer-{gpus}gpu.txt")
     df = pd.DataFrame.from_dict(both, orient="index")
-    df.index = [c.label for c in df["cfg"]]
+    df["lease"] = ["; ".join(sorted(leases, key=lambda s: s[-10:])) for leases in df["lease"]]
+    df.index = [c.label + (f" @ {lease}" if by_lease else "") for (_, lease), c in zip(df.index, df["cfg"])]
     df["ratio"] = df["ours_ms"] / df["peer_ms"]
     df["ratio_lo"] = np.minimum(df["ours_q1"] / df["peer_q3"], df["ratio"])
     df["ratio_hi"] = np.maximum(df["ours_q3"] / df["peer_q1"], df["ratio"])

@@ -29,14 +29,22 @@ def grouped_bars(df, x: str, y: str, color: str | None = None, title: str | None
 
 
 def ratio_bars(df, x: str, ratio: str = "ratio", lo: str = "ratio_lo", hi: str = "ratio_hi",
-               title: str | None = None, y_title: str | None = None, parity_name: str = "equal") -> go.Figure:
+               title: str | None = None, y_title: str | None = None, parity_name: str = "equal",
+               group: str | None = None) -> go.Figure:
     """One bar per row: `ratio` (e.g. our step time over the peer's) with an error bar from `lo` to `hi`, and
-    a dashed line at 1 (`parity_name`). Bars above 1 are drawn in the second colour: there, we are behind."""
-    fig = _figure(title or f"{ratio} by {x}", xaxis_title=x, yaxis_title=y_title or ratio, xaxis_type="category")
-    above = df[ratio] > 1
-    fig.add_bar(x=df[x].astype(str), y=df[ratio], marker_color=[PALETTE[1] if a else PALETTE[0] for a in above],
-                error_y=dict(type="data", symmetric=False, array=df[hi] - df[ratio], arrayminus=df[ratio] - df[lo]),
-                texttemplate="%{y:.2f}", textposition="inside", showlegend=False)
+    a dashed line at 1 (`parity_name`). Bars above 1 are drawn in the second colour: there, we are behind.
+    With `group` (e.g. the lease a pair of runs came from), the rows of each group value are a trace of their
+    own, side by side under each `x`, one colour per group; bars above 1 are then hatched."""
+    fig = _figure(title or f"{ratio} by {x}", xaxis_title=x, yaxis_title=y_title or ratio, xaxis_type="category",
+                  **({"barmode": "group"} if group else {}))
+    for i, (name, part) in enumerate([(None, df)] if group is None else df.groupby(group, sort=False)):
+        above = part[ratio] > 1
+        style = (dict(marker_color=[PALETTE[1] if a else PALETTE[0] for a in above], showlegend=False) if group is None
+                 else dict(marker_color=PALETTE[i % len(PALETTE)], name=str(name),
+                           marker_pattern_shape=["/" if a else "" for a in above]))
+        fig.add_bar(x=part[x].astype(str), y=part[ratio], texttemplate="%{y:.2f}", textposition="inside",
+                    error_y=dict(type="data", symmetric=False, array=part[hi] - part[ratio],
+                                 arrayminus=part[ratio] - part[lo]), **style)
     fig.add_hline(y=1, line_dash="dash", line_color=PALETTE[7], annotation_text=parity_name,
                   annotation_position="top left")
     return fig
