@@ -13,10 +13,16 @@ def test_bus_bandwidth_on_four_ranks(op, factor):
 
 
 def test_recorded_benchmarks_load_as_a_frame():
-    """results/bench.jsonl was recorded on the 4xH200 host; every collective was checked numerically."""
+    """results/bench.jsonl holds H200 hosts' benches (4x and 2x) and a 2xH100 host's; every collective was checked
+    numerically; `gpu` keeps one model's points, and a model never benched is an error that says what to run."""
+    from megalab.results import NotRecorded
     nccl = bench.load("nccl")
     assert set(nccl["op"]) == set(bench.OPS) and nccl["correct"].all()
-    assert (nccl["gpu_name"] == "NVIDIA H200").all()
+    assert set(nccl["gpu_name"]) == {"NVIDIA H200", "NVIDIA H100 80GB HBM3"}
+    assert set(bench.load("nccl", gpu="H200")["gpu_name"]) == {"NVIDIA H200"}
+    assert bench.load("matmul", gpu="H100")["tflops"].max() < bench.load("matmul", gpu="H200")["tflops"].max()
+    with pytest.raises(NotRecorded, match="recorded on B200: run `megalab bench`"):
+        bench.load(gpu="B200")
 
 
 def test_best_bus_bandwidth_reads_the_records(tmp_path):
@@ -49,5 +55,5 @@ def test_best_matmul_and_bus_bandwidth_of_one_gpu_model(tmp_path):
     assert bench.best_bus_bandwidth("all_reduce", 2, store=store, gpu="H100") == 300.0
     with pytest.raises(NotRecorded, match="no fp8 matmul record on H200"):
         bench.best_matmul_tflops("fp8", gpu="H200", store=store)
-    with pytest.raises(NotRecorded, match="over 2 GPUs on A100"):
+    with pytest.raises(NotRecorded, match="recorded on A100"):
         bench.best_bus_bandwidth("all_reduce", 2, store=store, gpu="A100")

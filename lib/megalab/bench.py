@@ -142,8 +142,10 @@ def _record(rows: list[dict]) -> list[dict]:
              "git_commit": commit, "recorded_at": now} for row in rows]
 
 
-def load(kind: str | None = None, store=None):
-    """Bench records as a DataFrame (one row per point); ``kind`` filters on matmul / hbm / nccl."""
+def load(kind: str | None = None, store=None, gpu: str | None = None):
+    """Bench records as a DataFrame (one row per point); ``kind`` filters on matmul / hbm / nccl, ``gpu`` keeps
+    one GPU model's ("H200" matches "NVIDIA H200"): the store holds several hosts' benches, and an H100's
+    point must not stand in for an H200's (session 21's 2xH100 bench did, in chapter 00, until this)."""
     import pandas as pd
     from megalab import results
     recs = (store or results.Store()).load("bench")
@@ -151,6 +153,9 @@ def load(kind: str | None = None, store=None):
     if df.empty:
         raise results.NotRecorded("No benchmark is recorded: run `megalab bench --gpus 4` on a GPU host.")
     df["gpu_name"] = df["env"].map(lambda e: (e or {}).get("gpu_name"))
+    df = _on_gpu(df, gpu)
+    if df.empty:
+        raise results.NotRecorded(f"No benchmark is recorded on {gpu}: run `megalab bench` on a host with that GPU.")
     return df if kind is None else df[df["bench"] == kind].reset_index(drop=True)
 
 
@@ -169,7 +174,7 @@ def best_bus_bandwidth(op: str = "all_reduce", gpus: int = 4, size_bytes: float 
     (small messages are latency-bound: chapter 00). `gpu` keeps one GPU model's records ("H200").
     Chapters turn bytes into seconds with it."""
     import math
-    df = _on_gpu(load("nccl", store=store), gpu)
+    df = load("nccl", store=store, gpu=gpu)
     rows = df[(df["op"] == op) & (df["gpus"] == gpus)]
     if rows.empty:
         from megalab.results import NotRecorded
@@ -184,7 +189,7 @@ def best_bus_bandwidth(op: str = "all_reduce", gpus: int = 4, size_bytes: float 
 def best_matmul_tflops(dtype: str = "bf16", gpu: str | None = None, store=None) -> float:
     """The highest recorded matmul rate (TFLOP/s) of `dtype` ("bf16" or "fp8"), over every square size:
     the ceiling a large, well-shaped GEMM reaches on this GPU model (`gpu`, e.g. "H200")."""
-    df = _on_gpu(load("matmul", store=store), gpu)
+    df = load("matmul", store=store, gpu=gpu)
     rows = df[df["dtype"] == dtype]
     if rows.empty:
         from megalab.results import NotRecorded

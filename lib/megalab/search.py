@@ -194,7 +194,7 @@ def _rates(gpu: str, dtype: str, gpus: int, store) -> tuple[float | None, float 
     bw = None
     if gpus > 1:
         try:
-            nccl = bench._on_gpu(bench.load("nccl", store=store), gpu)
+            nccl = bench.load("nccl", store=store, gpu=gpu)
             counts = sorted({int(n) for n in nccl.loc[nccl["op"] == "all_reduce", "gpus"] if n <= gpus})
             if counts:
                 bw = bench.best_bus_bandwidth("all_reduce", counts[-1], store=store, gpu=gpu)

@@ -81,7 +81,7 @@ class Rates:
         rates = cls(g.name, {"bf16": g.peak_bf16_tflops, "fp8": g.peak_fp8_tflops or g.peak_bf16_tflops},
                     g.hbm_tbs * 1e12)
         try:
-            df = bench._on_gpu(bench.load(store=store), g.name)
+            df = bench.load(store=store, gpu=g.name)
         except NotRecorded:
             return rates
         for dtype, rows in df[df["bench"] == "matmul"].groupby("dtype"):
