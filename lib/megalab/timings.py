@@ -94,14 +94,14 @@ def side_by_side(store, gpu_model: str, gpus: int, by_lease: bool = False):
     import pandas as pd
     from megalab import theory
     from megalab.records import trainer_revision
-    rows = []
+    rows, leases = [], {}   # leases: commit -> "commit, date of its first record" (one name, if it passes midnight)
     for cfg, r in _clean(store, gpu_model):
         if "side" in (r.get("tags") or []) and cfg.gpus == gpus:
             who, ours = side_of(cfg)
             commit = (r.get("git_commit") or "?")[:7]
+            lease = leases.setdefault(commit, f"{commit}, {(r.get('recorded_at') or '')[:10]}")
             rows.append({"key": (loose_key(ours), commit if by_lease else ""), "who": who, "cfg": ours,
-                         "steps": _steps_ms(r), "ms": 1e3 * r["summary"]["step_time_s"],
-                         "lease": f"{commit}, {(r.get('recorded_at') or '')[:10]}",
+                         "steps": _steps_ms(r), "ms": 1e3 * r["summary"]["step_time_s"], "lease": lease,
                          "rev": trainer_revision(r) if who == "ours" else 0})
     out = {}
     for (key, who), part in (pd.DataFrame(rows).groupby(["key", "who"], sort=False) if rows else ()):
