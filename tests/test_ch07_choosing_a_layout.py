@@ -22,7 +22,7 @@ def test_the_store_answers_every_run():
 def test_pending_is_legal_and_fits(gpus):
     queued, measured = chapters.pending("ch07", gpus), chapters.runs("ch07", gpus)["cases"]
     assert set(queued) | set(measured) == set(ch07.CASES) and not set(queued) & set(measured)
-    assert set(measured) == (set(ch07.RECORDED_CASES) if gpus == 2 else set())
+    assert set(measured) == set(ch07.RECORDED_CASES.get(gpus, ()))
     for name, picked in {**queued, **measured}.items():
         assert len(picked) == ch07.TOP + ch07.OTHERS
         assert list(picked)[:ch07.TOP] == [f"top{i}" for i in range(1, ch07.TOP + 1)]
@@ -36,7 +36,8 @@ def test_pending_is_legal_and_fits(gpus):
 def test_frozen_choice_keeps_the_probe_rule():
     """Each frozen pick past the top five qualifies for its probe, and no earlier pick did."""
     probes = {key: rule for key, _, rule in ch07.PROBES}
-    for picked in [*ch07.pending(2).values(), *ch07.runs(2)["cases"].values(), *ch07.pending(4).values()]:
+    for picked in [*ch07.pending(2).values(), *ch07.pending(4).values(), *ch07.runs(2)["cases_by_gpus"][2].values(),
+                   *ch07.runs(2)["cases_by_gpus"][4].values()]:
         cfgs = list(picked.values())
         for i, (key, cfg) in enumerate(picked.items()):
             if key in probes:
@@ -46,7 +47,7 @@ def test_frozen_choice_keeps_the_probe_rule():
 def test_four_gpu_picks_are_frozen():
     """The 4-GPU picks are CHOSEN, not today's search: eight per case, each legal on four GPUs and predicted to fit
     an H200, so a plan printed now and the chapter that reads its records later name the same runs."""
-    picks = ch07.pending(4)
+    picks = {**ch07.pending(4), **ch07.runs(4)["cases"]}
     assert set(picks) == set(ch07.CASES) and set(ch07.CHOSEN) == {2, 4}
     for name, picked in picks.items():
         assert list(picked) == list(ch07.CHOSEN[4][name]) and len(picked) == ch07.TOP + ch07.OTHERS
@@ -63,8 +64,19 @@ def test_guide_reads_other_chapters_records():
 def test_two_gpu_queue_holds_only_the_long_context_case():
     """The dense and MoE cases are recorded (the MoE case's five out-of-memory runs included): on two GPUs only
     long_32k's eight runs stay queued."""
-    assert ch07.RECORDED_CASES == ("dense_4k", "moe")
+    assert ch07.RECORDED_CASES[2] == ("dense_4k", "moe")
     assert list(ch07.pending(2)) == ["long_32k"] and len(ch07.pending(2)["long_32k"]) == ch07.TOP + ch07.OTHERS
     moe = {key: megalab.run(cfg, "cached", quiet=True).status for key, cfg in ch07.runs(2)["cases"]["moe"].items()}
     assert {key for key, status in moe.items() if status == "ok"} == {"top5", "tp", "pp_mbs1"}
     assert {key for key, status in moe.items() if status == "oom"} == {"top1", "top2", "top3", "top4", "dp_experts"}
+
+
+def test_four_gpu_cases_are_recorded_and_only_long_context_is_queued():
+    """Session 22 recorded the dense and MoE cases' 16 picks on four H200s (the dense case's TP pick out of memory);
+    whatever `gpus` the notebook runs at, it reads them under cases_by_gpus."""
+    assert list(ch07.pending(4)) == ["long_32k"] and recording.plan("ch07", gpus=4, missing_only=True) == []
+    four = ch07.runs(2)["cases_by_gpus"][4]
+    status = {(name, key): megalab.run(cfg, "cached", quiet=True).status for name, picked in four.items()
+              for key, cfg in picked.items()}
+    assert {k for k, v in status.items() if v != "ok"} == {("dense_4k", "tp")} and status[("dense_4k", "tp")] == "oom"
+    assert four == ch07.runs(4)["cases"]

@@ -5,9 +5,10 @@ The seed tutorial's OLMoE-like model (hidden 1024, 16 layers, seq 4096, top-8 of
 load-balancing loss; one sequence per micro-batch, 4 sequences per GPU per step.
 
 `runs` holds what the records answer (one GPU: the models, their profiled steps and a micro-batch sweep;
-the EP 4 parity of moe-small; the multi-GPU layouts at each GPU count of RECORDED_EP: all of them on two H200s,
-all but ETP 2 x EP 2 on four: what QUEUED names); `pending` the layouts queued for the chapter's next version
-(ETP 2 x EP 2 at 4 GPUs, everything at 8).
+the EP 4 parity of moe-small; the multi-GPU layouts at each GPU count of RECORDED_EP: all of them on two and on
+four H200s, less what QUEUED names); `pending` the layouts queued for the chapter's next version (everything at 8).
+Three layouts at 64 experts on four GPUs (DP, EP alltoall, EP allgather) were also timed twice each, alternated in
+one call (tag `spread`, records.REPEAT_TAGS: the notebook reads them apart by SPREAD_TAG).
 
 The trainer changed under these records: from commit 70bfd18 on, Transformer Engine's linears accumulate
 weight gradients straight into the fp32 main_grad, and MoE layers use Megatron's fused permutation and
@@ -26,8 +27,9 @@ PROFILE_ITERS = 10         # the profiler traces steps 5-7
 MICRO_BATCHES = (1, 2, 4)  # at the same global batch of 4 sequences: 4, 2 and 1 micro-batches per step
 FUSIONS_AT, FUSIONS_COMMIT = TRAINER_CHANGES[0][:2]   # the trainer's MoE fusions (see above)
 RECORDED_EP = (2, 4)       # GPU counts whose layouts (DP, EP, experts, dispatchers, ETP, routing, parity) are recorded
-QUEUED = {4: ("etp_ep",)}  # ... less these: GPU count -> layout keys not recorded yet. Four GPUs: sessions 19 and 20
-                           # (two leases on 4x H200), all but ETP 2 x EP 2 (added in session 20); two: all since s16
+QUEUED: dict = {}         # ... less these: GPU count -> layout keys not recorded yet. Four GPUs: sessions 19, 20 and 22
+                           # (three leases on 4x H200; ETP 2 x EP 2 in the third); two: all since s16
+SPREAD_TAG = "spread"      # the four-GPU repeats of the third lease: DP, EP alltoall, EP allgather at 64 experts
 FIT_ITERS = 5              # a fit probe needs the peak of a step, not a timing
 GPU = "H200"               # the reference records' GPU: the fits probe its memory
 

@@ -6,8 +6,9 @@ The chapter's first section, the step-time model against measurement, reads the 
 
 `runs` holds what the records answer: the runs of chapters 01-06 that the decision guide quotes, each
 defined by its own chapter's module (so their keys are the recorded ones), at the GPU counts they were
-recorded on, whatever `gpus` is; and the cases measured on 2 GPUs (RECORDED_CASES: the dense 4k and MoE
-cases). `pending` holds, per case (on 2 GPUs only those not yet measured: long_32k), the runs that measure the
+recorded on, whatever `gpus` is; the cases measured on `gpus` GPUs ("cases"); and the cases measured at every GPU
+count ("cases_by_gpus": RECORDED_CASES, the dense 4k and MoE cases on 2 and on 4 GPUs). `pending` holds, per case
+(where CHOSEN holds the GPU count, only those not yet measured: long_32k on 2 and 4), the runs that measure the
 ranking: the search's top TOP layouts and OTHERS layouts chosen to test the model where the top ones do not
 reach (`_choose`). On 2 and 4 GPUs they are frozen in CHOSEN: chosen once, before any of them ran, so that their
 records keep answering after the calibration (and with it the ranking) moves. Other GPU counts (8) are
@@ -67,10 +68,11 @@ PROBES = (
 )
 WHY = {key: text for key, text, _ in PROBES} | {f"top{i}": f"predicted #{i}" for i in range(1, TOP + 1)}
 
-# the cases whose eight runs are recorded on two H200s: the dense case and the MoE case's first four (all four
-# out of memory) in session 15, the MoE case's other four on 2 GPUs of a 4×H200 host at commit 6b7f807 (one
-# out of memory); long_32k stays queued (eight runs of ~190 s: a lease of its own)
-RECORDED_CASES = ("dense_4k", "moe")
+# per GPU count, the cases whose eight runs are recorded. Two H200s: the dense case and the MoE case's first four (all
+# four out of memory) in session 15, the MoE case's other four on 2 GPUs of a 4×H200 host at commit 6b7f807 (one
+# out of memory). Four H200s: both cases in session 22 (commit b4fce72, one lease, each run alone on the host; the
+# dense case's TP pick out of memory). long_32k stays queued at both (eight runs of ~190 s on two GPUs)
+RECORDED_CASES = {2: ("dense_4k", "moe"), 4: ("dense_4k", "moe")}
 SESSION15_CPUS = 32    # CPU cores of session 15's 2×H200 host (link probe "none"): its records predate env's cpu_count
 
 # per GPU count, per case, the layouts measured (keyword arguments over the case's base), frozen once chosen so that
@@ -172,8 +174,8 @@ def _frozen(names, gpus: int, iters: int) -> dict:
 
 def runs(gpus: int = 2, iters: int = ITERS) -> dict:
     """What the records answer: the decision guide's runs, from the chapters that recorded them (4× H200 for
-    chapters 01 and 02, one H200 otherwise, 4× H200 for the parity layouts), whatever `gpus` is; and the
-    cases measured on two H200s (RECORDED_CASES: dense_4k and moe, at 2 GPUs only)."""
+    chapters 01 and 02, one H200 otherwise, 4× H200 for the parity layouts), whatever `gpus` is; the cases
+    measured on `gpus` GPUs ("cases"), and those of every GPU count of RECORDED_CASES ("cases_by_gpus")."""
     ch01, ch02 = ch01_data_parallel.runs(4, iters), ch02_tensor_parallel.runs(4, iters)
     ch03, ch04 = ch03_sequence_parallel.runs(2, iters), ch04_context_parallel.runs(2, iters)
     ch05, ch06 = ch05_pipeline_parallel.runs(2, iters), ch06_expert_parallel.runs(2, iters)
@@ -191,15 +193,16 @@ def runs(gpus: int = 2, iters: int = ITERS) -> dict:
         "pipeline": ch05["parity"][:2],                                        # PP 4 and PP 4 × VPP 2 (their layout runs)
         "moe": [ch06["dense_equal_active"], ch06["one_gpu"][64]],              # equal FLOPs: dense against 64 experts
         "ep": ch06["parity"][0],                                               # moe-small, EP 4 against one GPU
-    }, "cases": _frozen(RECORDED_CASES, 2, iters) if gpus == 2 else {}}
+    }, "cases": _frozen(RECORDED_CASES.get(gpus, ()), gpus, iters),
+        "cases_by_gpus": {n: _frozen(names, n, iters) for n, names in RECORDED_CASES.items()}}
 
 
 def pending(gpus: int = 2, iters: int = ITERS) -> dict:
     """Queued for the next version: per case, the layouts that measure the ranking on `gpus` GPUs, by key
-    (where CHOSEN holds the GPU count: its cases, less RECORDED_CASES on 2 GPUs, today long_32k; otherwise every
-    case, chosen now by the search calibrated on the H200 records)."""
+    (where CHOSEN holds the GPU count: its cases less those RECORDED_CASES holds there, today long_32k; otherwise
+    every case, chosen now by the search calibrated on the H200 records)."""
     if gpus in CHOSEN:
-        return _frozen([name for name in CHOSEN[gpus] if gpus != 2 or name not in RECORDED_CASES], gpus, iters)
+        return _frozen([name for name in CHOSEN[gpus] if name not in RECORDED_CASES.get(gpus, ())], gpus, iters)
     from megalab import calibration
     from megalab.results import NotRecorded
     try:
