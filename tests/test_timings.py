@@ -77,8 +77,8 @@ def test_side_by_side_by_lease_keeps_each_lease_apart(tmp_path):
     hosts; by_lease, each lease is a row of its own, labelled with its commit, its ratio from its own runs."""
     store, peer = Store(tmp_path), CFG.replace(runner="megatron-lm", init="megatron")
     for commit, day, ours, theirs in (("a" * 40, "01", 0.30, 0.25), ("b" * 40, "02", 0.50, 0.60)):
-        for cfg, t, hour in ((CFG, ours, "23"), (peer, theirs, "24")):   # the peer's run passes midnight
-            at = f"2030-01-{int(day) + (hour == '24'):02d}T{'00' if hour == '24' else hour}:00:00Z"
+        after_midnight = f"2030-01-{int(day) + 1:02d}T00:00:00Z"             # the peer's run passes midnight
+        for cfg, t, at in ((CFG, ours, f"2030-01-{day}T23:00:00Z"), (peer, theirs, after_midnight)):
             rec = _timed(cfg, [9, 9, 9, t, t], at=at)
             rec["git_commit"] = commit
             store.append(rec)

@@ -180,6 +180,7 @@ def runs(gpus: int = 2, iters: int = ITERS) -> dict:
     ch03, ch04 = ch03_sequence_parallel.runs(2, iters), ch04_context_parallel.runs(2, iters)
     ch05, ch06 = ch05_pipeline_parallel.runs(2, iters), ch06_expert_parallel.runs(2, iters)
     long_seq = ch04_context_parallel.LONG_SEQ
+    by_gpus = {n: _frozen(names, n, iters) for n, names in RECORDED_CASES.items()}
     return {"guide": {
         "micro_batch": [ch01["one_gpu"], ch01["fit_mbs"]],                     # mbs 1 against the largest that fits
         "dist_opt": [ch01["weak"][-1], ch01["dist_opt"][-1]],                  # DP 4, optimizer replicated / sharded
@@ -193,8 +194,7 @@ def runs(gpus: int = 2, iters: int = ITERS) -> dict:
         "pipeline": ch05["parity"][:2],                                        # PP 4 and PP 4 × VPP 2 (their layout runs)
         "moe": [ch06["dense_equal_active"], ch06["one_gpu"][64]],              # equal FLOPs: dense against 64 experts
         "ep": ch06["parity"][0],                                               # moe-small, EP 4 against one GPU
-    }, "cases": _frozen(RECORDED_CASES.get(gpus, ()), gpus, iters),
-        "cases_by_gpus": {n: _frozen(names, n, iters) for n, names in RECORDED_CASES.items()}}
+    }, "cases": by_gpus.get(gpus, {}), "cases_by_gpus": by_gpus}
 
 
 def pending(gpus: int = 2, iters: int = ITERS) -> dict:
