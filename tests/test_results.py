@@ -179,3 +179,13 @@ def test_a_repeat_made_for_another_comparison_answers_only_where_nothing_else_do
     packed = store.append(_record(at="2025-05-01T00:00:00Z", tags=["packed"]))
     assert results.run(CFG, mode="cached", store=store, quiet=True).record["id"] == own["id"]
     assert results.run(CFG, mode="cached", store=store, quiet=True, exclude=[own["id"]]).record["id"] == packed["id"]
+
+
+def test_a_lease_warm_up_answers_only_where_nothing_else_does(tmp_path):
+    """A plan's warm-up run (records.WARMUP_TAG) repeats a chapter's configuration as the lease's first, slow run:
+    the chapter's own record answers before it, however new the warm-up."""
+    store = Store(tmp_path)
+    own = store.append(_record(at="2025-01-01T00:00:00Z"))
+    warm = store.append(_record(at="2025-06-01T00:00:00Z", tags=["warmup"]))
+    assert results.run(CFG, mode="cached", store=store, quiet=True).record["id"] == own["id"]
+    assert results.run(CFG, mode="cached", store=store, quiet=True, exclude=[own["id"]]).record["id"] == warm["id"]

@@ -31,9 +31,18 @@ REPEAT_TAGS = ("spread", "graphs")  # repeats of a configuration made for anothe
                                     # configuration's own records first (is_repeat)
 
 
+WARMUP_TAG = "warmup"  # a plan's first run on a fresh host (tools/gpu/pack.py's `warmup!` line): it warms the host (the
+                      # first run of a lease measured ~30% slow), so its step time is no timing
+
+
 def is_repeat(record: dict) -> bool:
     """Whether a record is a repeat made for another comparison (REPEAT_TAGS), not its configuration's own."""
     return bool(set(record.get("tags") or ()) & set(REPEAT_TAGS))
+
+
+def is_warmup(record: dict) -> bool:
+    """Whether a record is a lease's warm-up run (WARMUP_TAG): trained, but not a timing."""
+    return WARMUP_TAG in (record.get("tags") or ())
 
 # Changes to the trainer that change how long a step takes: (UTC time it landed, commit, what changed).
 # A record made before a change comes from an older trainer; timings compare only within one revision.

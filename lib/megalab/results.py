@@ -29,7 +29,7 @@ from megalab.store import (  # noqa: F401  (re-exported: results.Store, results.
     matches,
     same_gpu_model,
 )
-from megalab.records import is_repeat, label_of, make_record, to_frame, trained, utc_now  # noqa: F401  (re-exported)
+from megalab.records import is_repeat, is_warmup, label_of, make_record, to_frame, trained, utc_now  # noqa: F401  (re-exported)
 
 MODES = ("live", "cached", "auto")
 SOURCES = ("live", "cached", "reference")
@@ -147,10 +147,10 @@ def select(cfg, mode: str, store: Store, gpu_name: str | None, gpus: int, te: bo
     if mode == "live":
         return "live", None
     found = store.find(cfg, exclude=exclude, profiled=profile)
-    # a repeat made for another comparison (REPEAT_TAGS: back-to-back spread, CUDA-graph pairs) answers only where
-    # the configuration has no record of its own; a job that ran alone on its host times cleaner than one packed
-    # beside others (tools/gpu/pack.py)
-    found.sort(key=lambda r: (is_repeat(r), "packed" in (r.get("tags") or ())))
+    # a repeat made for another comparison (REPEAT_TAGS: back-to-back spread, CUDA-graph pairs) or a lease's warm-up
+    # run (WARMUP_TAG) answers only where the configuration has no record of its own; a job that ran alone on its host
+    # times cleaner than one packed beside others (tools/gpu/pack.py)
+    found.sort(key=lambda r: (is_repeat(r) or is_warmup(r), "packed" in (r.get("tags") or ())))
     # a settled outcome (ok, oom, invalid) answers the question; a transient one (timeout, nccl_error,
     # failed) answers it only when nothing settled is recorded, and never hides a settled one
     settled = [r for r in found if r.get("status") in SETTLED]

@@ -7,9 +7,8 @@ loss), which cancels the embedding, the logits and the loss.
 
 `runs` holds what the records answer (one GPU, TP 2 on two GPUs and TP 4 on four: RECORDED_TP; the fits by
 layout at each degree: RECORDED_FITS, all four at TP 2 and gpt-22b's four at TP 4; the profiled recompute steps
-only at TP 4: RECORDED_PROFILE_RECOMPUTE_TP); `pending` the multi-GPU runs queued for the chapter's next version
-(the profiled recompute steps at TP 2, everything at TP 8), built by the same definitions so that their keys do not
-change when they move into `runs`.
+at TP 2 and 4: RECORDED_PROFILE_RECOMPUTE_TP); `pending` the multi-GPU runs queued for the chapter's next version
+(everything at TP 8), built by the same definitions so that their keys do not change when they move into `runs`.
 """
 
 from __future__ import annotations
@@ -25,7 +24,8 @@ RECORDED_FITS = {2: LAYOUTS,  # TP degree -> layouts whose fits (BIG's largest m
                  4: LAYOUTS}  # gpt-22b's at TP 4 too (full recompute's search ended in session 19: 30 ran, 31 did not)
 RECORDED_SP_PARITY = (2, 4)  # TP degrees whose TP + SP parity is recorded
 RECORDED_SP_SELECTIVE_PARITY = (2, 4)  # ... and TP + SP + selective recomputation parity
-RECORDED_PROFILE_RECOMPUTE_TP = (4,)  # TP degrees whose profiled recompute steps (none, selective) are recorded
+RECORDED_PROFILE_RECOMPUTE_TP = (2, 4)  # TP degrees whose profiled recompute steps (none, selective) are recorded
+                                        # (TP 2: session 23, the pair side by side on two GPUs each of a 4xH200 host)
 RECORDED_MODULES_TP = (2, 4)  # TP degrees whose recompute of chosen modules (MODULES) is recorded (TP 2: session 15,
                               # on a second 2xH200 host, the first runs having met a megatron-core bug, retracted;
                               # TP 4: on the 4xH200 host of the other TP 4 timings)
@@ -145,7 +145,7 @@ def runs(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
 def pending(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
     """Queued for the next version: TP and SP at the TP degrees not recorded yet (8: per-layer memory, profiled
     collectives, recompute cost), what fits gpt-22b where its fits are not recorded (full recompute at 4, all at 8),
-    the profiled recompute steps (2 and 8) and the MLP's recompute at the degrees not recorded, and their parities."""
+    the profiled recompute steps (8) and the MLP's recompute at the degrees not recorded, and their parities."""
     tops = [t for t in degrees(gpus) if t > 1]
     return {
         **_tp([t for t in tops if t not in RECORDED_TP], iters, gpu, _fits(tops, recorded=False)),
