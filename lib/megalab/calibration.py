@@ -8,17 +8,15 @@
     >>> search.search(presets.get("gpt-8.3b"), 2, gbs=32, seq=2048, model=cal)
 
 Records (`usable_records`): status ok, not retracted (the store's errata), not profiled (the profiler
-slows steps), not packed beside other runs (they shared the host), compiled, Transformer Engine layers
+slows steps), not packed beside other runs (they shared the host), not a lease's warm-up run (timings' clean
+timings: the first run on a fresh host is slow), compiled, Transformer Engine layers
 (the local spec's unfused attention is a different kernel set, which none of the constants describes),
 without CUDA graphs (a graph replays a layer's kernels with one launch: the host floor, host_layer, is gone),
-on one GPU model; the newest record of each configuration (iterations and seed aside). Four kinds are
+on one GPU model; the newest record of each configuration (iterations and seed aside). Three kinds are
 kept out:
 - chapter 07's case runs (tag CASE_TAG): they test the ranking the model makes, so they never fit it;
 - repeats made for another comparison (records.REPEAT_TAGS: chapter 03's back-to-back spread, the CUDA-graph
   pairs): the configuration's own record, the one its chapter reads, counts;
-- a lease's warm-up run (records.WARMUP_TAG): the first run on a fresh host measured ~30% slow, which is why
-  the run is there; a plan's warm-up repeats one of chapter 02's configurations, and before session 23 the
-  newest warm-up replaced that chapter's record here;
 - multi-GPU runs of a second host of the same GPU model (`reference_link`: the link its probe reported
   differs from the one most multi-GPU records report). host_layer is one host's constant: session 15's
   2×H200 host (probe: "none", 32 CPU cores against 64) ran gpt-1.2b at CP 2 and 8k tokens in 448 ms,
@@ -99,12 +97,11 @@ def reference_link(store=None, gpu: str = "H200") -> str | None:
 
 def keeps(record, link: str | None) -> bool:
     """Whether a calibration may use this clean timing: not a chapter 07 case run, not a repeat made for another
-    comparison (records.REPEAT_TAGS: the configuration's own record counts, as the chapters read it), not a lease's
-    warm-up run (records.WARMUP_TAG: the first run on a fresh host is slow), and a one-GPU run or one made on the
-    host whose link probe reported `link` (reference_link)."""
-    from megalab.records import is_repeat, is_warmup
+    comparison (records.REPEAT_TAGS: the configuration's own record counts, as the chapters read it), and a
+    one-GPU run or one made on the host whose link probe reported `link` (reference_link)."""
+    from megalab.records import is_repeat
     one_gpu = (record.get("config") or {}).get("gpus", 1) == 1
-    return (CASE_TAG not in (record.get("tags") or []) and not is_repeat(record) and not is_warmup(record)
+    return (CASE_TAG not in (record.get("tags") or []) and not is_repeat(record)
             and (one_gpu or (record.get("env") or {}).get("interconnect") == link))
 
 

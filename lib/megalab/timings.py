@@ -8,7 +8,8 @@ the trainer that made them (records.TRAINER_CHANGES).
     timings.graph_call(store, cfg, "H200")   # cfg without CUDA graphs and with each capture, alternated in one call
 
 A clean timing is an ok run on that GPU model, not retracted (errata), not profiled (slower steps), not
-packed beside other jobs on its host, with a config that loads. What the layout search marks as measured,
+packed beside other jobs on its host, not a lease's warm-up run (records.WARMUP_TAG: the first run on a fresh host
+is slow; before session 23 the newest warm-up stood for chapter 02's configuration), with a config that loads. What the layout search marks as measured,
 what the step-time calibration fits on, and what the book counts as repeats of one configuration. `store`
 is a Store, a folder, or None for the default results store.
 """
@@ -25,9 +26,10 @@ def loose_key(cfg) -> str:
 
 def _clean(store, gpu_model: str):
     """(RunConfig, record) of each clean timing on `gpu_model`, oldest first."""
+    from megalab.records import WARMUP_TAG
     from megalab.store import _store
     for cfg, r in sorted(_store(store).runs_on(gpu_model, "ok"), key=lambda cr: cr[1].get("recorded_at") or ""):
-        if not {"profile", "packed"} & set(r.get("tags") or []):
+        if not {"profile", "packed", WARMUP_TAG} & set(r.get("tags") or []):
             yield cfg, r
 
 
