@@ -9,8 +9,9 @@ the trainer that made them (records.TRAINER_CHANGES).
 
 A clean timing is an ok run on that GPU model, not retracted (errata), not profiled (slower steps), not
 packed beside other jobs on its host, not a lease's warm-up run (records.WARMUP_TAG: the first run on a fresh host
-is slow; before session 23 the newest warm-up stood for chapter 02's configuration), with a config that loads. What the layout search marks as measured,
-what the step-time calibration fits on, and what the book counts as repeats of one configuration. `store`
+is slow; before session 23 the newest warm-up stood for chapter 02's configuration), with a config that loads.
+What the layout search marks as measured, what the step-time calibration fits on, and what the book counts as
+repeats of one configuration. `store`
 is a Store, a folder, or None for the default results store.
 """
 
