@@ -189,6 +189,15 @@ def test_an_oom_record_keeps_where_it_ran_out():
     assert metrics.oom_held_gib(error["detail"]) == 127.68 and metrics.oom_held_gib("no allocator message") is None
 
 
+def test_a_peer_oom_keeps_the_allocators_numbers():
+    """A real log (session 24): Megatron-LM's pretrain_gpt.py, gpt2-xl at micro-batch 19 on one H100, out of
+    memory in its third step's backward: the request, what PyTorch held and what its cache held unusable."""
+    status, error = metrics.classify_failure((DATA / "peer" / "gpt2-xl_mbs19_oom_peer.log").read_text(), 1, False)
+    assert status == "oom" and error["rank"] == 0 and error["alloc_gib"] == pytest.approx(0.15)
+    assert metrics.oom_held_gib(error["detail"]) == 73.13 and metrics.oom_cached_gib(error["detail"]) == 3.48
+    assert metrics.oom_cached_gib("no allocator message") is None
+
+
 def test_structured_invalid_line_keeps_every_reason():
     reasons = "tp=3 does not divide heads=16: pick tp from 1, 2, 4, 8, 16\ngpus=2 is not divisible by tp*pp*cp=3"
     log = "\n".join([json.dumps({"kind": "error", "status": "invalid", "message": reasons}),

@@ -88,3 +88,19 @@ def test_side_profiles_pairs_each_trainers_newest_profile_of_one_configuration()
     assert found["peer"]["config"]["runner"] == "megatron-lm" and "profile" in found["ours"]["tags"]
     assert all(r["profile"]["kernel_s_per_step"]["gemm"] > 0 for r in found.values())
     assert profiles.side_profiles(cfg.replace(seq=4096), "H200") == {}
+
+
+def test_side_kernels_reads_each_sides_compute_and_ring_from_its_profile():
+    """The same pair's kernels: compute (all but NCCL) per step as the sum of its profile's kinds less NCCL's,
+    the busiest NCCL stream, the profiled step; on H100s (session 24's lease) the pair's own records."""
+    from megalab import presets, profiles
+    cfg = presets.get("gpt-1.2b").replace(gpus=2, cp=2, seq=8192, mbs=1, gbs=1)
+    for gpu in ("H200", "H100"):
+        found, sides = profiles.side_profiles(cfg, gpu), profiles.side_kernels(cfg, gpu)
+        assert set(sides) == {"ours", "peer"}
+        for who, r in found.items():
+            kinds = r["profile"]["kernel_s_per_step"]
+            assert sides[who]["compute_ms"] == pytest.approx(1e3 * (sum(kinds.values()) - kinds.get("nccl", 0.0)))
+            assert sides[who]["ring_ms"] == max(profiles.nccl_streams(r["profile"]).values())
+            assert 0 < sides[who]["compute_ms"] < sides[who]["step_ms"]
+    assert profiles.side_kernels(cfg.replace(seq=4096), "H100") == {}

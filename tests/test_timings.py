@@ -88,6 +88,21 @@ def test_side_by_side_by_lease_keeps_each_lease_apart(tmp_path):
     assert list(df.index) == [f"{CFG.label} @ aaaaaaa", f"{CFG.label} @ bbbbbbb"]
     assert [round(r, 3) for r in df["ratio"]] == [1.2, 0.833] and list(df["ours_runs"]) == [1, 1]
     assert list(df["lease"]) == ["aaaaaaa, 2030-01-01", "bbbbbbb, 2030-01-02"]
+    assert list(df["lease_at"]) == ["2030-01-01T23:00:00Z", "2030-01-02T23:00:00Z"]   # each lease's first record
+
+
+def test_leases_of_one_day_keep_the_order_they_ran(tmp_path):
+    """Two leases on one day: `lease_at` (each one's first record) orders them, not the date in their names."""
+    store, peer = Store(tmp_path), CFG.replace(runner="megatron-lm", init="megatron")
+    for commit, hour in (("b" * 40, "09"), ("a" * 40, "21")):   # the later lease has the smaller commit
+        for cfg in (CFG, peer):
+            rec = _timed(cfg, [9, 9, 9, 0.3, 0.3], at=f"2030-01-01T{hour}:00:00Z")
+            rec["git_commit"] = commit
+            store.append(rec)
+    pooled = timings.side_by_side(store, "H100", 2).iloc[0]
+    assert pooled["lease"] == "bbbbbbb, 2030-01-01; aaaaaaa, 2030-01-01" and pooled["lease_at"] == "2030-01-01T21:00:00Z"
+    df = timings.side_by_side(store, "H100", 2, by_lease=True)
+    assert df.loc[df["lease_at"].idxmax(), "lease"] == "aaaaaaa, 2030-01-01"
 
 
 def test_graph_call_reads_the_newest_call_in_the_order_it_ran(tmp_path):

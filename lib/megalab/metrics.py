@@ -156,6 +156,7 @@ _GPU = re.compile(r"\bGPU (\d+)\b")
 _RANK_WORD = re.compile(r"\bRank (\d+)\b")
 _ALLOC = re.compile(r"Tried to allocate ([\d.]+) ([KMGT]i?B)")
 _HELD = re.compile(r"Of the allocated memory ([\d.]+) ([KMGT]i?B) is allocated by PyTorch")
+_CACHED = re.compile(r"([\d.]+) ([KMGT]i?B) is reserved by PyTorch but unallocated")
 _UNITS = {"KiB": 2**-20, "MiB": 2**-10, "GiB": 1.0, "TiB": 2**10, "KB": 2**-20, "MB": 2**-10, "GB": 1.0,
           "TB": 2**10}
 _LOG_LINE = re.compile(r"^\[?[WEI]\d{4} |^Traceback|^\s*File ")  # glog-style lines of torch/NCCL
@@ -221,6 +222,12 @@ def oom_held_gib(text: str) -> float | None:
     """GiB that PyTorch held when an allocation failed, from the allocator's message ("Of the allocated memory
     X GiB is allocated by PyTorch"): what the run had built up, where `alloc_gib` is only the last request."""
     return _gib(_HELD.search(text or ""))
+
+
+def oom_cached_gib(text: str) -> float | None:
+    """GiB the allocator held in its cache but could not hand out when an allocation failed, from its message
+    ("X GiB is reserved by PyTorch but unallocated"): free memory in pieces too small for the request."""
+    return _gib(_CACHED.search(text or ""))
 
 
 def _reported(e: dict) -> dict:

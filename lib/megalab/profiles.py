@@ -155,6 +155,20 @@ def side_profiles(cfg, gpu_model: str, store=None) -> dict:
     return out
 
 
+def side_kernels(cfg, gpu_model: str, store=None) -> dict:
+    """{"ours": ..., "peer": ...} for each side of side_profiles(cfg, gpu_model): compute_ms (its kernels but
+    NCCL's, per step, the profiled steps averaged), ring_ms (the busiest NCCL stream's kernels in the timeline's
+    step: a ring's send/recv, waits included), step_ms (the profiled run's median step: under the profiler, no
+    timing) and commit (its plan's commit, short)."""
+    out = {}
+    for who, r in side_profiles(cfg, gpu_model, store).items():
+        per_kind = r["profile"]["kernel_s_per_step"]
+        out[who] = {"compute_ms": 1e3 * sum(s for kind, s in per_kind.items() if kind != "nccl"),
+                    "ring_ms": max(nccl_streams(r["profile"]).values(), default=0.0),
+                    "step_ms": 1e3 * r["summary"]["step_time_s"], "commit": (r.get("git_commit") or "")[:7]}
+    return out
+
+
 def compare(pairs: dict) -> "pd.DataFrame":  # noqa: F821
     """One row per {label: (timed record, profiled record)}, label a string or a tuple (its parts become
     the index levels): wall_s (the timed record's median step), the profiled step's gpu_busy (kernels,

@@ -88,8 +88,9 @@ def side_by_side(store, gpu_model: str, gpus: int, by_lease: bool = False):
     quartiles of all its runs' steps after warm-up (the step-to-step spread, and the run-to-run spread where
     there are repeats); `ours_runs` / `peer_runs`. Then `ratio` = ours / peer and its spread, `ratio_lo` (our
     q1 over their q3) to `ratio_hi` (our q3 over their q1), widened where needed to hold `ratio`; `ours_mfu` /
-    `peer_mfu` at the medians, against `gpu_model`'s dense bf16 peak; `cfg`, the trainer's RunConfig; and `lease`,
-    the commit (short) and date of the plan the runs came from, joined where several leases pooled.
+    `peer_mfu` at the medians, against `gpu_model`'s dense bf16 peak; `cfg`, the trainer's RunConfig; `lease`,
+    the commit (short) and date of the plan the runs came from, joined where several leases pooled, oldest first;
+    and `lease_at`, when the newest of them began (its first record): leases of one day in the order they ran.
     A step time does not travel between hosts (session 21's two H100s ran CP 2 at 8k 1.3x as long as session
     14's): with `by_lease`, a lease (the commit a plan ran at) is a group of its own, one row per configuration
     and lease, labelled "<label> @ <commit>", so each ratio comes from runs that alternated on one host."""
@@ -97,12 +98,13 @@ def side_by_side(store, gpu_model: str, gpus: int, by_lease: bool = False):
     import pandas as pd
     from megalab import theory
     from megalab.records import trainer_revision
-    rows, leases = [], {}   # leases: commit -> "commit, date of its first record" (one name, if it passes midnight)
+    rows, leases = [], {}   # leases: commit -> ("commit, date", time of its first record): one name past midnight
     for cfg, r in _clean(store, gpu_model):
         if "side" in (r.get("tags") or []) and cfg.gpus == gpus:
             who, ours = side_of(cfg)
             commit = (r.get("git_commit") or "?")[:7]
-            lease = leases.setdefault(commit, f"{commit}, {(r.get('recorded_at') or '')[:10]}")
+            at = r.get("recorded_at") or ""
+            lease = leases.setdefault(commit, (f"{commit}, {at[:10]}", at))[0]
             rows.append({"key": (loose_key(ours), commit if by_lease else ""), "who": who, "cfg": ours,
                          "steps": _steps_ms(r), "ms": 1e3 * r["summary"]["step_time_s"], "lease": lease,
                          "rev": trainer_revision(r) if who == "ours" else 0})
@@ -118,7 +120,9 @@ def side_by_side(store, gpu_model: str, gpus: int, by_lease: bool = False):
         raise LookupError(f"no configuration timed by both trainers on {gpus} {gpu_model} GPU(s): record both sides "
                           f"with tools/gpu/plans/peer-{gpus}gpu.txt")
     df = pd.DataFrame.from_dict(both, orient="index")
-    df["lease"] = ["; ".join(sorted(leases, key=lambda s: s[-10:])) for leases in df["lease"]]
+    began = {name: at for name, at in leases.values()}
+    df["lease_at"] = [max(began[name] for name in names) for names in df["lease"]]
+    df["lease"] = ["; ".join(sorted(names, key=began.get)) for names in df["lease"]]
     df.index = [c.label + (f" @ {lease}" if by_lease else "") for (_, lease), c in zip(df.index, df["cfg"])]
     df["ratio"] = df["ours_ms"] / df["peer_ms"]
     df["ratio_lo"] = np.minimum(df["ours_q1"] / df["peer_q3"], df["ratio"])
