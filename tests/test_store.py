@@ -105,6 +105,33 @@ def test_torn_last_line_is_isolated_and_reported(tmp_path):
         assert [r["n"] for r in store.load()] == [0, 2]
 
 
+def test_a_read_parses_each_state_of_the_file_once_and_sees_every_change(tmp_path):
+    """Reads are cached per file content: a second read of the same bytes parses nothing, while an append, a torn
+    line or a rewrite to other bytes of the same size is read afresh; a record handed out is a copy, so a
+    caller's new key does not reach the next read."""
+    import megalab.store as store_module
+    store = Store(tmp_path)
+    store.append({"n": 0})
+    first = store.load()
+    first[0]["mine"] = True
+    calls = []
+    real = store_module._lines
+    store_module._lines = lambda data: calls.append(len(data)) or real(data)
+    try:
+        assert store.load() == [{k: v for k, v in first[0].items() if k != "mine"}] and calls == []
+        store.append({"n": 1})
+        assert [r["n"] for r in store.load()] == [0, 1] and len(calls) == 1
+        path = tmp_path / "runs.jsonl"
+        path.write_bytes(path.read_bytes().replace(b'"n":1,', b'"n":7,'))   # same size, other content
+        assert [r["n"] for r in store.load()] == [0, 7] and len(calls) == 2
+        with open(path, "ab") as f:
+            f.write(b'{"n": 8, "pad": "xx')
+        with pytest.warns(UserWarning, match=r"runs.jsonl:3"):
+            assert [r["n"] for r in store.load()] == [0, 7]
+    finally:
+        store_module._lines = real
+
+
 def test_a_wrongly_typed_record_is_skipped_with_its_line_and_reason(tmp_path, capsys):
     from megalab import cli
     store = Store(tmp_path)

@@ -213,6 +213,21 @@ def _lines(data: bytes):
                 yield n, None, getattr(exc, "msg", str(exc))
 
 
+_PARSED: dict[str, tuple[bytes, list]] = {}  # path -> (digest of its bytes, _lines of them): each file state parsed once
+
+
+def _parsed(path: Path, data: bytes) -> list:
+    """_lines(data), parsed once per state of the file (a chapter reads the store hundreds of times; parsing
+    it each time was most of a notebook's run). Keyed by a digest of the whole content, so an append, a torn
+    line or any other change is read afresh. The parsed records are shared between reads: _read hands out
+    shallow copies, and nested values (summary, series, ...) must not be modified in place."""
+    digest = hashlib.blake2b(data, digest_size=16).digest()
+    hit = _PARSED.get(str(path))
+    if hit is None or hit[0] != digest:
+        hit = _PARSED[str(path)] = (digest, list(_lines(data)))
+    return hit[1]
+
+
 _UNFIT: dict[tuple, dict[int, str]] = {}  # (path, size, mtime) -> line -> first problem, checked once per file state
 
 
@@ -239,9 +254,9 @@ def _read(path: Path, warn: bool = True, lock: bool = False, check: bool = False
     except FileNotFoundError:
         return []
     parsed, bad = [], []
-    for n, obj, _ in _lines(data):
+    for n, obj, _ in _parsed(path, data):
         if isinstance(obj, dict):
-            parsed.append((n, obj))
+            parsed.append((n, dict(obj)))
         else:
             bad.append((n, "not a JSON object (a torn line)"))
     unfit = _unfit(path, data, parsed) if check else {}
