@@ -258,3 +258,13 @@ def test_recompute_modules_and_moe_balance_at_their_defaults_keep_old_keys():
     moe = RunConfig(experts=8, topk=2)
     assert moe.replace(moe_balance="force").label == moe.label + "_balance-force"
     assert moe.replace(moe_balance="aux_loss").key == moe.key != moe.replace(moe_balance="none").key
+
+
+def test_to_dict_is_asdict_without_the_deep_copy():
+    """to_dict copies field by field: right only while every field is a scalar (a list or dict field would be
+    shared between a config and its replace()), so this fails the day one is not."""
+    import dataclasses
+    scalar = {"str", "str | None", "int", "int | None", "float", "bool"}
+    assert {f.type for f in dataclasses.fields(RunConfig)} <= scalar
+    for cfg in (RunConfig(), RunConfig(gpus=4, tp=2, pp=2, vpp=2, sp=True, recompute="selective")):
+        assert cfg.to_dict() == dataclasses.asdict(cfg) and list(cfg.to_dict()) == list(dataclasses.asdict(cfg))
