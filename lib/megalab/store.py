@@ -10,7 +10,8 @@ Safety rules, because runs are killed, crash and run side by side:
   torn fragment stays alone on its line; lines are never rewritten, files never truncated;
 - each record goes out as one `os.write` of its full bytes, then `fsync`;
 - readers take a shared lock on the same file, skip torn lines and records with wrongly typed fields,
-  and warn once with file:line and the reason;
+  and warn once with file:line and the reason; a process parses each state of a file once (the records
+  handed out are shallow copies: their nested values are shared, read them, do not modify them);
 - `import_records` checks every line of another store's file first (a bad one refuses the whole file),
   then merges it and skips ids already present.
 
