@@ -214,7 +214,7 @@ def _lines(data: bytes):
                 yield n, None, getattr(exc, "msg", str(exc))
 
 
-_PARSED: dict[str, tuple[bytes, list]] = {}  # path -> (digest of its bytes, _lines of them): each file state parsed once
+_PARSED: dict[str, tuple[bytes, list]] = {}  # path -> (digest of its bytes, _lines of them): each state parsed once
 
 
 def _parsed(path: Path, data: bytes) -> list:
