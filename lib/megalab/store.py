@@ -214,39 +214,30 @@ def _lines(data: bytes):
                 yield n, None, getattr(exc, "msg", str(exc))
 
 
-_PARSED: dict[str, tuple[bytes, list]] = {}  # path -> (digest of its bytes, _lines of them): each state parsed once
+_PARSED: dict[str, dict] = {}  # path -> its last state read: digest, lines (_lines of its bytes), unfit (when asked)
 
 
-def _parsed(path: Path, data: bytes) -> list:
-    """_lines(data), parsed once per state of the file (a chapter reads the store hundreds of times; parsing
-    it each time was most of a notebook's run). Keyed by a digest of the whole content, so an append, a torn
-    line or any other change is read afresh. The parsed records are shared between reads: _read hands out
-    shallow copies, and nested values (summary, series, ...) must not be modified in place."""
+def _parsed(path: Path, data: bytes) -> dict:
+    """The state of a file whose bytes are `data`: its `lines` (_lines, parsed once per state: a chapter reads the
+    store hundreds of times, and parsing it each time was most of a notebook's run) and, once _unfit has checked
+    them, its `unfit` lines. Keyed by a digest of the whole content, so an append, a torn line or any other change
+    is read afresh. The parsed records are shared between reads: _read hands out shallow copies, and nested
+    values (summary, series, ...) must not be modified in place."""
     digest = hashlib.blake2b(data, digest_size=16).digest()
-    hit = _PARSED.get(str(path))
-    if hit is None or hit[0] != digest:
-        hit = _PARSED[str(path)] = (digest, list(_lines(data)))
-    return hit[1]
+    state = _PARSED.get(str(path))
+    if state is None or state["digest"] != digest:
+        state = _PARSED[str(path)] = {"digest": digest, "lines": list(_lines(data)), "unfit": None}
+    return state
 
 
-_UNFIT: dict[tuple, dict[int, str]] = {}  # (path, size, mtime) -> line -> first problem, checked once per file state
-
-
-def _unfit(path: Path, data: bytes, parsed: list[tuple[int, dict]]) -> dict[int, str]:
-    """Lines whose record holds a wrongly typed field, each with its first problem (cached per file state)."""
+def _unfit(state: dict) -> dict[int, str]:
+    """Lines of a file state (_parsed) whose record holds a wrongly typed field, each with its first problem
+    (checked once per state)."""
     from megalab.records import type_problems
-    try:
-        st = path.stat()
-        state = (str(path), len(data), st.st_mtime_ns, hashlib.sha1(data[-4096:]).hexdigest())
-    except OSError:
-        state = None
-    if state not in _UNFIT:
-        found = {n: problems[0] for n, obj in parsed if (problems := type_problems(obj))}
-        if state is None:
-            return found
-        _UNFIT.clear()
-        _UNFIT[state] = found
-    return _UNFIT[state]
+    if state["unfit"] is None:
+        state["unfit"] = {n: problems[0] for n, obj, _ in state["lines"]
+                          if isinstance(obj, dict) and (problems := type_problems(obj))}
+    return state["unfit"]
 
 
 def _read(path: Path, warn: bool = True, lock: bool = False, check: bool = False) -> list[dict]:
@@ -254,13 +245,13 @@ def _read(path: Path, warn: bool = True, lock: bool = False, check: bool = False
         data = _read_locked(path) if lock else path.read_bytes()
     except FileNotFoundError:
         return []
-    parsed, bad = [], []
-    for n, obj, _ in _parsed(path, data):
+    state, parsed, bad = _parsed(path, data), [], []
+    for n, obj, _ in state["lines"]:
         if isinstance(obj, dict):
             parsed.append((n, dict(obj)))
         else:
             bad.append((n, "not a JSON object (a torn line)"))
-    unfit = _unfit(path, data, parsed) if check else {}
+    unfit = _unfit(state) if check else {}
     out = [obj for n, obj in parsed if n not in unfit]
     bad = sorted(bad + list(unfit.items()))
     if bad and warn:
