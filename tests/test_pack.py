@@ -51,7 +51,9 @@ def test_progress_is_kept_per_plan_and_read_back(tmp_path, monkeypatch):
 def test_only_a_job_that_exited_0_within_its_own_timeout_is_done():
     assert pack.finished(0, 40, 300, 300) and pack.finished(0, 40, 120, 300)
     assert not pack.finished(1, 40, 300, 300)              # failed (OOM, or a broken install): again
-    assert not pack.finished(0, 118, 120, 300)             # cut off by --hard-end: again
+    assert not pack.finished(0, 118, 120, 300)             # a fit or parity line cut off by --hard-end: again
+    assert pack.finished(0, 176, 171, 300, one_run=True)   # one run exits 1 when cut off: its 0 is done (session 25)
+    assert not pack.finished(1, 176, 171, 300, one_run=True)
 
 
 def test_a_line_that_failed_twice_on_this_host_is_given_up(tmp_path, monkeypatch):
