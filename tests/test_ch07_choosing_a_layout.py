@@ -61,14 +61,17 @@ def test_guide_reads_other_chapters_records():
     assert guide["recompute_long"][0].seq == guide["recompute_long"][1].seq
 
 
-def test_two_gpu_queue_holds_only_the_long_context_case():
-    """The dense and MoE cases are recorded (the MoE case's five out-of-memory runs included): on two GPUs only
-    long_32k's eight runs stay queued."""
-    assert ch07.RECORDED_CASES[2] == ("dense_4k", "moe")
-    assert list(ch07.pending(2)) == ["long_32k"] and len(ch07.pending(2)["long_32k"]) == ch07.TOP + ch07.OTHERS
-    moe = {key: megalab.run(cfg, "cached", quiet=True).status for key, cfg in ch07.runs(2)["cases"]["moe"].items()}
+def test_two_gpu_cases_are_all_recorded():
+    """The three cases are recorded on two GPUs: the MoE case's five out-of-memory runs included, and long_32k's eight
+    (session 25), all of which trained. Nothing stays queued at 2 GPUs."""
+    assert ch07.RECORDED_CASES[2] == ("dense_4k", "moe", "long_32k")
+    assert ch07.pending(2) == {} and recording.plan("ch07", gpus=2, missing_only=True) == []
+    cases = ch07.runs(2)["cases"]
+    moe = {key: megalab.run(cfg, "cached", quiet=True).status for key, cfg in cases["moe"].items()}
     assert {key for key, status in moe.items() if status == "ok"} == {"top5", "tp", "pp_mbs1"}
     assert {key for key, status in moe.items() if status == "oom"} == {"top1", "top2", "top3", "top4", "dp_experts"}
+    long = {key: megalab.run(cfg, "cached", quiet=True) for key, cfg in cases["long_32k"].items()}
+    assert {r.status for r in long.values()} == {"ok"} and {r.config.gpus for r in long.values()} == {2}
 
 
 def test_four_gpu_cases_are_all_recorded():

@@ -7,8 +7,8 @@ The chapter's first section, the step-time model against measurement, reads the 
 `runs` holds what the records answer: the runs of chapters 01-06 that the decision guide quotes, each
 defined by its own chapter's module (so their keys are the recorded ones), at the GPU counts they were
 recorded on, whatever `gpus` is; the cases measured on `gpus` GPUs ("cases"); and the cases measured at every GPU
-count ("cases_by_gpus": RECORDED_CASES, the dense 4k and MoE cases on 2 GPUs, all three on 4). `pending` holds, per
-case (where CHOSEN holds the GPU count, only those not yet measured: long_32k on 2), the runs that measure the
+count ("cases_by_gpus": RECORDED_CASES, all three cases on 2 and on 4 GPUs). `pending` holds, per
+case (where CHOSEN holds the GPU count, only those not yet measured: none today), the runs that measure the
 ranking: the search's top TOP layouts and OTHERS layouts chosen to test the model where the top ones do not
 reach (`_choose`). On 2 and 4 GPUs they are frozen in CHOSEN: chosen once, before any of them ran, so that their
 records keep answering after the calibration (and with it the ranking) moves. Other GPU counts (8) are
@@ -70,10 +70,11 @@ WHY = {key: text for key, text, _ in PROBES} | {f"top{i}": f"predicted #{i}" for
 
 # per GPU count, the cases whose eight runs are recorded. Two H200s: the dense case and the MoE case's first four (all
 # four out of memory) in session 15, the MoE case's other four on 2 GPUs of a 4×H200 host at commit 6b7f807 (one
-# out of memory). Four H200s: the dense and MoE cases in session 22 (commit b4fce72, one lease, each run alone on the
-# host; the dense case's TP pick out of memory), long_32k in session 23 (commit dae3d00, one lease, each run alone on
-# the host; top2 and top5 out of memory). long_32k stays queued on two GPUs (eight runs of ~190 s)
-RECORDED_CASES = {2: ("dense_4k", "moe"), 4: ("dense_4k", "moe", "long_32k")}
+# out of memory), long_32k in session 25 (commit 160509e, one lease of a 2×H200 host with 32 CPU cores, each run alone
+# on it; none out of memory). Four H200s: the dense and MoE cases in session 22 (commit b4fce72, one lease, each run
+# alone on the host; the dense case's TP pick out of memory), long_32k in session 23 (commit dae3d00, one lease, each
+# run alone on the host; top2 and top5 out of memory)
+RECORDED_CASES = {2: ("dense_4k", "moe", "long_32k"), 4: ("dense_4k", "moe", "long_32k")}
 SESSION15_CPUS = 32    # CPU cores of session 15's 2×H200 host (link probe "none"): its records predate env's cpu_count
 
 # per GPU count, per case, the layouts measured (keyword arguments over the case's base), frozen once chosen so that
@@ -200,7 +201,7 @@ def runs(gpus: int = 2, iters: int = ITERS) -> dict:
 
 def pending(gpus: int = 2, iters: int = ITERS) -> dict:
     """Queued for the next version: per case, the layouts that measure the ranking on `gpus` GPUs, by key
-    (where CHOSEN holds the GPU count: its cases less those RECORDED_CASES holds there, today long_32k on 2; otherwise
+    (where CHOSEN holds the GPU count: its cases less those RECORDED_CASES holds there, today none; otherwise
     every case, chosen now by the search calibrated on the H200 records)."""
     if gpus in CHOSEN:
         return _frozen([name for name in CHOSEN[gpus] if name not in RECORDED_CASES.get(gpus, ())], gpus, iters)
