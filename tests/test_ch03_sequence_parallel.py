@@ -74,6 +74,29 @@ def test_moving_runs_out_of_pending_kept_their_keys():
     assert {(p.cfg.key, False) for t in (2, 4, 8) for p in (ch03._stable(t), ch03._stable(t, recompute="selective"))} <= both
 
 
+def test_eight_gpus_queue_the_seed_tutorials_gpt22b_rows():
+    """Issue 24: the seed's GPT-22B table at TP 8, global batch 4 (dp 1, one micro-batch of 4), row by row: timed
+    without SP, with SP and with full recompute, the last two profiled too; legal on eight GPUs, in the plan, and
+    queued nowhere below TP 8."""
+    queued = chapters.pending("ch03", 8)
+    rows = queued["seed_tp"][8]
+    assert set(queued["seed_tp"]) == set(queued["profile_seed_tp"]) == {ch03.SEED_TP}
+    assert {name: (c.sp, c.recompute) for name, c in rows.items()} == {
+        "tp": (False, "none"), "tp_sp": (True, "none"), "tp_full": (False, "full")}
+    for cfg in rows.values():
+        assert (cfg.name, cfg.layers, cfg.hidden, cfg.heads, cfg.seq) == ("gpt-22b", 48, 6144, 64, 2048)
+        assert (cfg.gpus, cfg.tp, cfg.dp, cfg.gbs, cfg.mbs, cfg.num_microbatches) == (8, 8, 1, 4, 4, 1)
+        assert cfg.problems(gpus_available=8) == [] and cfg.validate(gpus_available=8) is cfg
+    profiled = queued["profile_seed_tp"][8]
+    assert all(isinstance(p, specs.Profiled) for p in profiled)
+    assert [p.cfg for p in profiled] == [rows["tp_sp"], rows["tp_full"]]   # the profiled steps are the timed ones
+    plan = recording.plan("ch03", gpus=8, pending=True)
+    assert sum(" --name gpt-22b " in line and " --mbs 4 --gbs 4 " in line for line in plan) == 5
+    assert sum(line.endswith(" --profile") and " --name gpt-22b " in line for line in plan) == 2
+    for gpus in (2, 4):
+        assert not [v for k, v in chapters.pending("ch03", gpus).items() if k.endswith("seed_tp") and v]
+
+
 def test_the_fit_without_recompute_is_settled_inside_its_window():
     """The module's search and the recorded probes agree: the largest probe that fits lies inside the
     window theory's prediction sets, and the next micro-batch is recorded out of memory."""

@@ -1,14 +1,14 @@
 """Chapter 04's runs: the store answers every one at each GPU count (the H100's 80 GB search, the CP 2
 records and CP 4's hierarchical a2a+p2p included, a profiled step of each comm type among them); the queued
-ones wait for the CP degrees not recorded yet."""
+ones wait for the CP degrees not recorded yet, and at 8 GPUs for the seed tutorial's CP table."""
 import pytest
 
 import megalab
-from megalab import chapters, recording, specs
+from megalab import chapters, presets, recording, specs
 from megalab.chapters.ch04_context_parallel import (HIERARCHICAL, PROFILED_COMM, RECORDED_CP,
                                                    RECORDED_HIERARCHICAL)
 from megalab.config import RunConfig
-from megalab.specs import Fit, Parity, Profiled
+from megalab.specs import ITERS, Fit, Parity, Profiled
 
 
 def _cfg(item) -> RunConfig:
@@ -74,9 +74,37 @@ def test_every_profiled_cp4_step_keeps_all_four_ranks():
         assert all(r["attention"] > 0 for r in prof["ranks"].values())
 
 
+# The seed tutorial's 8xH100 CP table (issue 24), written out here rather than from the module's helper:
+# gpt-1.2b, global batch 8; CP 1/2/4/8 at 4k tokens; CP 8 with each comm type at 4k and 16k. (cp, cp_comm, seq).
+SEED_ROWS = [(cp, "p2p", 4096) for cp in (1, 2, 4, 8)] + \
+            [(8, kind, seq) for kind in ("p2p", "all_gather", "a2a") for seq in (4096, 16384)]
+
+
+def _seed_row(cp, kind, seq) -> RunConfig:
+    # all 8 sequences in one micro-batch on cp GPUs: what makes CP 1 run out of memory on 80 GB
+    return presets.get("gpt-1.2b").replace(iters=ITERS, gpus=cp, cp=cp, cp_comm=kind, seq=seq, mbs=8, gbs=8)
+
+
+def _seed_keys(gpus) -> set:
+    queued = chapters.pending("ch04", gpus)
+    return {c.key for c in specs.items({k: queued.get(k, []) for k in ("seed_cp", "seed_comm")})}
+
+
+def test_cp8_queues_every_seed_row_not_recorded():
+    queued = {_cfg(i).key for i in specs.items(chapters.pending("ch04", 8))}
+    recorded = {_cfg(i).key for i in specs.items(chapters.runs("ch04", 8))}
+    assert _seed_keys(8) == {_seed_row(*row).key for row in SEED_ROWS}    # the table, row by row, and nothing else
+    for row in SEED_ROWS:
+        cfg = _seed_row(*row)
+        assert cfg.problems() == [], (row, cfg.problems())
+        assert cfg.key in queued or (cfg.key in recorded and recording.is_recorded(cfg)), row
+    assert all(not _seed_keys(g) for g in (1, 2, 4))   # the seed's CP 8 host only: the 2- and 4-GPU plans keep theirs
+
+
 @pytest.mark.parametrize("gpus", [1, 2, 4, 8])
 def test_runs_ask_only_for_recorded_cp_and_pending_keeps_the_rest(gpus):
     recorded = {_cfg(i).key for i in specs.items(chapters.runs("ch04", gpus))}
+    seed = _seed_keys(gpus)   # the seed's table at global batch 8: its CP 1, 2 and 4 rows are queued too
     assert {_cfg(i).cp for i in specs.items(chapters.runs("ch04", gpus)) if not isinstance(i, Parity)} \
         <= {1, *(c for c in RECORDED_CP if c <= gpus)}
     for item in specs.items(chapters.pending("ch04", gpus)):
@@ -84,7 +112,8 @@ def test_runs_ask_only_for_recorded_cp_and_pending_keeps_the_rest(gpus):
         cfg.validate()
         queued_profile = isinstance(item, Profiled) and cfg.cp_comm not in PROFILED_COMM
         queued_hierarchical = cfg.cp_comm == HIERARCHICAL and cfg.cp not in RECORDED_HIERARCHICAL
-        assert cfg.cp > 1 and (cfg.cp not in RECORDED_CP or queued_profile or queued_hierarchical) and cfg.gpus <= gpus
+        assert cfg.key in seed or (cfg.cp > 1 and (cfg.cp not in RECORDED_CP or queued_profile or queued_hierarchical))
+        assert cfg.gpus <= gpus
         assert cfg.key not in recorded
 
 

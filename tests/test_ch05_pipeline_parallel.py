@@ -102,6 +102,25 @@ def test_two_and_four_gpus_queue_nothing():
     assert _keys(chapters.pending("ch05", 8)) and not _keys(chapters.pending("ch05", 8)) & _keys(ch05.pending(4, recorded=True))
 
 
+def test_eight_gpus_queue_the_seed_tutorials_table():
+    """The seed tutorial's 8× H100 rows of gpt-8.3b (72 layers, global batch 32), each queued at 8 GPUs and
+    legal: PP 8 at m = 1 ... 32, PP 8 × VPP 3 at m = 8, TP+SP 2 × PP 4 × VPP 3, 6, 9, 18 at m = 4 (as chunks
+    per stage and as layers per chunk: v = 1, 2, 3, 6, 9, 18), TP+SP 8."""
+    row = lambda tp, pp, vpp, m: (tp, pp, tp > 1, vpp, m)                          # noqa: E731
+    seed = ([row(1, 8, 1, m) for m in (1, 2, 4, 8, 16, 32)] + [row(1, 8, 3, 8)]
+            + [row(2, 4, v, 4) for v in ch05.SEED_VPP] + [row(8, 1, 1, 32)])
+    queued = {row(c.tp, c.pp, c.vpp, c.num_microbatches): c for c in map(_cfg, specs.items(chapters.pending("ch05", 8)))
+              if c.name == "gpt-8.3b" and c.gpus == 8}
+    assert set(seed) <= set(queued)
+    for key in seed:
+        c = queued[key]
+        assert (c.layers, c.gbs, c.dp) == (72, 32, 1) and c.problems() == [] and c.problems(te_available=True) == []
+    chunked = chapters.pending("ch05", 8)["seed_vpp"][8][4]
+    assert [(c.vpp, c.mbs, c.layers // (c.pp * c.vpp)) for c in chunked] == [(1, 8, 18), (2, 8, 9), (3, 8, 6), (6, 8, 3),
+                                                                             (9, 8, 2), (18, 8, 1)]
+    assert all("seed_vpp" not in ch05.pending(g, recorded=True) for g in (1, 2, 4))   # 2- and 4-GPU plans unchanged
+
+
 @pytest.mark.parametrize("gpus", [1, 2, 4, 8])
 def test_pending_is_legal_scaled_and_fits(gpus):
     queued, every = chapters.pending("ch05", gpus), ch05.pending(gpus, recorded=True)

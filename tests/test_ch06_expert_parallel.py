@@ -98,3 +98,24 @@ def test_both_top2_runs_are_recorded_and_nothing_at_two_gpus_is_queued():
     assert ep.window[0] <= ep.predicted <= ep.window[1] and ep.predicted % 16 == 0
     assert (ep.run("cached", quiet=True).largest, zo.run("cached", quiet=True).largest) == (288, 224)
     assert set(pending(2, recorded=True)) >= {"dp", "ep", "routing", "parity", "dispatcher_topk", "fit_experts"}
+
+
+# issue 24's chapter-06 rows of the seed tutorial's 8xH100 table, to record on 8 GPUs at global batch 32:
+# (experts, ep, etp, distributed optimizer); DP 8 throughout (tp = pp = cp = 1). DP at 128 and 256 experts is read
+# as the chapter's DP rows at those counts are: with the distributed optimizer (without it 256 experts cannot fit)
+SEED_ROWS_8 = [(64, 1, 1, False), (64, 1, 1, True), (64, 8, 1, False),
+               (128, 1, 1, True), (128, 8, 1, False), (256, 1, 1, True), (256, 8, 1, False),
+               (256, 4, 2, False), (256, 2, 4, False)]
+
+
+def test_every_seed_row_is_queued_at_eight_gpus_and_valid():
+    """Each seed row is a plain timed run of pending(8) (top-8, alltoall, auxiliary loss), one Megatron accepts:
+    with ETP, expert DP = 8 / (ep * etp)."""
+    from megalab.chapters.ch06_expert_parallel import pending
+    timed = [i for i in specs.items(pending(8)) if isinstance(i, RunConfig)]
+    for experts, ep, etp, dist_opt in SEED_ROWS_8:
+        found = [c for c in timed if (c.experts, c.ep, c.etp, c.dp, c.dist_opt, c.gbs, c.gpus) ==
+                 (experts, ep, etp, 8, dist_opt, 32, 8) and (c.topk, c.moe_dispatcher, c.moe_balance) ==
+                 (8, "alltoall", "aux_loss")]
+        assert found, f"no pending(8) run for {experts} experts, EP {ep} x ETP {etp}, dist_opt={dist_opt}"
+        assert all(c.problems() == [] for c in found)

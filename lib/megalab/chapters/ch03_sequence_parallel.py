@@ -8,7 +8,8 @@ loss), which cancels the embedding, the logits and the loss.
 `runs` holds what the records answer (one GPU, TP 2 on two GPUs and TP 4 on four: RECORDED_TP; the fits by
 layout at each degree: RECORDED_FITS, all four at TP 2 and gpt-22b's four at TP 4; the profiled recompute steps
 at TP 2 and 4: RECORDED_PROFILE_RECOMPUTE_TP); `pending` the multi-GPU runs queued for the chapter's next version
-(everything at TP 8), built by the same definitions so that their keys do not change when they move into `runs`.
+(everything at TP 8, the seed tutorial's GPT-22B rows included: SEED_TP), built by the same definitions so that their
+keys do not change when they move into `runs`.
 """
 
 from __future__ import annotations
@@ -34,6 +35,13 @@ BIG = {2: "gpt-8.3b"}      # the model whose largest micro-batch each layout fit
 BIG_WIDE = "gpt-22b"       # ... and at TP >= 4: the seed's GPT-22B experiment at half its TP (theory on an H200 at
                            # TP 4: TP fits 5 sequences, TP + SP 9, full recompute 32; recorded: 4, 8, 8 with
                            # selective recompute, 30 with full recompute)
+SEED_TP = 8                # the seed tutorial's own GPT-22B table (issue 24), row by row at its TP degree only:
+SEED_LAYOUTS = ("tp", "tp_sp", "tp_full")   # without SP, with SP, with full recompute (_variants' names) ...
+SEED_PROFILED = ("tp_sp", "tp_full")        # ... and the two whose forward/backward split it profiled
+SEED_MBS = 4               # global batch 4 at dp 1 as one micro-batch: what the seed's "out of memory on 80 GB" without
+                           # SP implies (theory on an 80 GB H100 at TP 8: 76 GiB at mbs 4 before the CUDA context and
+                           # NCCL buffers, 61 at mbs 2, 54 at mbs 1 would fit; with SP 56, full recompute 52). On an
+                           # H200 all three fit: the row's peak is set beside 80 GB, not an OOM of its own
 
 
 def _pair(cfg) -> list:
@@ -77,18 +85,22 @@ def _recompute_tp(t: int, iters: int, recompute: str):
     return _one(iters).replace(gpus=t, tp=t, sp=True, mbs=8, gbs=8, recompute=recompute)
 
 
+def _big(t: int, iters: int):
+    """BIG's model at TP t (gpt-8.3b at TP 2, gpt-22b from TP 4 on) at seq 2048, with the chapter's dropout."""
+    return presets.get(BIG.get(t, BIG_WIDE)).replace(seq=2048, dropout=0.1, iters=iters)
+
+
 def _tp(ts: list, iters: int, gpu: str, fits: dict) -> dict:
     """TP and SP at each TP degree of `ts`: per-layer memory, profiled collectives, what recompute costs; and
     what fits (gpt-8.3b at TP 2, gpt-22b from TP 4 on: BIG) in the layouts `fits` names by degree (_fits)."""
     shape = _shape(iters)
-    big = lambda t: presets.get(BIG.get(t, BIG_WIDE)).replace(seq=2048, dropout=0.1, iters=iters)  # noqa: E731
     return {
         # TP replicates 10 s·b·h per layer; SP shards it
         "per_layer_tp": {t: {name: _pair(shape.replace(**kw)) for name, kw in _variants(t).items()} for t in ts},
         "profile_tp": [Profiled(shape.replace(layers=8, mbs=4, gbs=4, gpus=t, tp=t, sp=sp)) for t in ts
                        for sp in (False, True)],
         # what fits: the largest micro-batch of BIG's model per layout
-        "fit_mbs": {t: {name: Fit(big(t).replace(mbs=1, gbs=1, iters=FIT_ITERS, **kw), "mbs", gpu)
+        "fit_mbs": {t: {name: Fit(_big(t, iters).replace(mbs=1, gbs=1, iters=FIT_ITERS, **kw), "mbs", gpu)
                         for name, kw in _variants(t).items() if name in names} for t, names in fits.items()},
         "recompute_tp": {t: [_recompute_tp(t, iters, r) for r in ("none", "selective", "full")] for t in ts},
     }
@@ -99,6 +111,16 @@ def _profile_recompute(ts: list, iters: int) -> dict:
     (GPU kernels by kind, NCCL included; not timings)."""
     return {"profile_recompute_tp": {t: [Profiled(_recompute_tp(t, iters, r)) for r in ("none", "selective")]
                                      for t in ts}}
+
+
+def _seed(ts: list, iters: int) -> dict:
+    """The seed tutorial's GPT-22B rows at TP t (SEED_TP): global batch 4 in one micro-batch (SEED_MBS), timed in
+    each of SEED_LAYOUTS, and SEED_PROFILED's two profiled (GPU kernels by kind and step 3's forward and backward
+    passes: the trainer's --profile)."""
+    rows = {t: {name: _big(t, iters).replace(mbs=SEED_MBS, gbs=SEED_MBS, **kw)
+                for name, kw in _variants(t).items() if name in SEED_LAYOUTS} for t in ts}
+    return {"seed_tp": rows,
+            "profile_seed_tp": {t: [Profiled(rows[t][name]) for name in SEED_PROFILED] for t in ts}}
 
 
 def _modules(ts: list, iters: int) -> dict:
@@ -145,12 +167,14 @@ def runs(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
 def pending(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
     """Queued for the next version: TP and SP at the TP degrees not recorded yet (8: per-layer memory, profiled
     collectives, recompute cost), what fits gpt-22b where its fits are not recorded (full recompute at 4, all at 8),
-    the profiled recompute steps (8) and the MLP's recompute at the degrees not recorded, and their parities."""
+    the profiled recompute steps (8) and the MLP's recompute at the degrees not recorded, their parities, and the
+    seed tutorial's GPT-22B rows where TP 8 is among the degrees (_seed; nothing at 2 or 4 GPUs)."""
     tops = [t for t in degrees(gpus) if t > 1]
     return {
         **_tp([t for t in tops if t not in RECORDED_TP], iters, gpu, _fits(tops, recorded=False)),
         **_profile_recompute([t for t in tops if t not in RECORDED_PROFILE_RECOMPUTE_TP], iters),
         **_modules([t for t in tops if t not in RECORDED_MODULES_TP], iters),
+        **_seed([t for t in tops if t == SEED_TP], iters),
         # still correct: TP + SP + selective recompute, and TP + SP, at the degrees not recorded yet
         "parity": [_stable(t, recompute="selective") for t in tops if t not in RECORDED_SP_SELECTIVE_PARITY]
                   + [_stable(t) for t in tops if t not in RECORDED_SP_PARITY],

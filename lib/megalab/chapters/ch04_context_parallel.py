@@ -8,7 +8,8 @@ scaling among them), one profiled 16k-token step of each comm type in PROFILED_C
 seconds and forward/backward times, rank 0's kernel timeline) and a 16k-token parity; at the top degree,
 when it is in RECORDED_HIERARCHICAL (CP 4), the hierarchical a2a+p2p at the same three lengths. `pending`
 keeps the runs at the other CP degrees (a2a+p2p among them at CP >= 4), built by the same definitions so
-that their keys do not change when they move into `runs` (`megalab experiments ch04 --gpus 8 --pending`).
+that their keys do not change when they move into `runs` (`megalab experiments ch04 --gpus 8 --pending`), and
+at 8 GPUs the seed tutorial's 8xH100 CP table row by row (global batch 8, none recorded yet).
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ RECORDED_CP = (2, 4)                             # CP degrees whose runs are rec
 HIERARCHICAL = "a2a+p2p"                         # CP >= 4 only: a2a inside pairs, p2p between them
 RECORDED_HIERARCHICAL = (4,)                     # CP degrees whose a2a+p2p runs are recorded (4x H200)
 PROFILED_COMM = ("p2p", "all_gather", "a2a")     # comm types whose profiled step is recorded at those degrees
+SEED_GPUS = 8                                    # the seed tutorial's CP table ran on 8xH100: queued at gpus >= 8
+SEED_GBS = 8                                     # its global batch, one micro-batch on cp GPUs (DP 1)
+SEED_SEQS = (4096, 16384)                        # its lengths: the CP sweep at the first, the comm types at both
 
 
 def _base(iters: int):
@@ -54,6 +58,19 @@ def _hierarchical(base, cp: int) -> list:
     """The hierarchical a2a+p2p at CP `cp` (>= 4) at the comm types' three lengths: Megatron's
     hierarchical_context_parallel_sizes (2, cp/2), all-to-all inside pairs of GPUs, a p2p ring between them."""
     return [base.replace(gpus=cp, cp=cp, cp_comm=HIERARCHICAL, seq=s) for s in COMM_SEQS]
+
+
+def _seed(base) -> dict:
+    """The seed tutorial's CP table, row by row: CP 1/2/4/8 at 4k tokens, CP 8 with each comm type at 4k and
+    16k. All 8 sequences in one micro-batch, so activations shrink with CP: theory puts CP 1 at 87 GiB (its
+    out-of-memory on 80 GB without recompute; it fits an H200), CP 2 at 54. With 8 micro-batches of one
+    sequence CP 1 would need 29 GiB and the table's point would be lost."""
+    seed = base.replace(mbs=SEED_GBS, gbs=SEED_GBS)
+    return {
+        "seed_cp": [seed.replace(gpus=cp, cp=cp, seq=SEED_SEQS[0]) for cp in degrees(SEED_GPUS)],
+        "seed_comm": {kind: [seed.replace(gpus=SEED_GPUS, cp=SEED_GPUS, cp_comm=kind, seq=s) for s in SEED_SEQS]
+                      for kind in COMM},
+    }
 
 
 def _cp_runs(base, cps: list[int], gpu: str, profiled=COMM) -> dict:
@@ -103,8 +120,9 @@ def pending(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
     """Runs with cp > 1 at the degrees not recorded yet, queued for the next version, and at the largest
     recorded degree the profiled steps of the comm types not in PROFILED_COMM (none now: all three are
     recorded at CP 2 and 4), and the hierarchical a2a+p2p at the top degree when it is >= 4 and not in
-    RECORDED_HIERARCHICAL (CP 8 now; CP 4's is recorded); {} when nothing is queued. Their cp = 1 points and
-    the recorded runs are in `runs`."""
+    RECORDED_HIERARCHICAL (CP 8 now; CP 4's is recorded), and at gpus >= SEED_GPUS the seed tutorial's table
+    (its CP 1, 2 and 4 rows too: their global batch of 8 is recorded at no degree); {} when nothing is queued.
+    Their cp = 1 points and the recorded runs are in `runs`."""
     base = _base(iters)
     cps = [c for c in degrees(gpus)[1:] if c not in RECORDED_CP]
     out = _cp_runs(base, cps, gpu) if cps else {}
@@ -115,4 +133,6 @@ def pending(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
     top = degrees(gpus)[-1]
     if top >= 4 and top not in RECORDED_HIERARCHICAL:   # a2a inside pairs, p2p between them, at three lengths
         out.setdefault("comm", {})[HIERARCHICAL] = _hierarchical(base, top)
+    if gpus >= SEED_GPUS:   # the seed's host size; at 2 and 4 GPUs its CP 8 rows could not run
+        out |= _seed(base)
     return out

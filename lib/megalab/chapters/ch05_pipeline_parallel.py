@@ -20,8 +20,9 @@ alone on its host:
 
 Queued (`pending`): the rest of the chapter's plan (Shoeybi et al. 2019's gpt-8.3b, 72 layers, with
 Transformer Engine, which theory puts above one H200's memory at micro-batch 1 and well inside it on two
-pipeline stages): PP 8's sweeps, chunk counts, stage alone, profiled steps and layouts; and parity of the
-pipelines not recorded yet. The four-GPU plan is recorded whole.
+pipeline stages): PP 8's sweeps, chunk counts, stage alone, profiled steps and layouts; the seed tutorial's
+TP+SP 2 × PP 4 chunk sweep on 8 GPUs (`SEED_VPP`, the one row of its 8× H100 table the sweeps do not hold);
+and parity of the pipelines not recorded yet. The four-GPU plan is recorded whole.
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ MODEL = "gpt-8.3b"      # 72 layers: 36 per stage at PP 2, 18 at PP 4, 9 at PP 8
 SEQS_PER_STAGE = 4      # global batch = 4 sequences per pipeline stage: 8 at PP 2 ... 32 at PP 8 (the seed's)
 CHUNKS = (2, 3, 4, 6)   # v, where it divides the layers per stage
 PROFILE_ITERS = 10
+# The seed tutorial's TP+SP 2 × PP 4 row on 8 GPUs at m = 4 (micro-batch 8, dp 1): its "VPP 3, 6, 9, 18" read as
+# chunks per stage (v = 3, 6, 9, 18 of the 18 layers per stage) and as its flag counted them, layers per chunk
+# (v = 6, 3, 2, 1): both readings are queued, so the row matches whichever the table meant, and v = 1 is the baseline.
+# Legal in Megatron Core 0.16.1: the interleaved schedule groups pp micro-batches by default, and m = 4 = pp.
+SEED_VPP = (1, 2, 3, 6, 9, 18)
+SEED_M = 4
 # What each recorded pipeline degree p of gpt-8.3b answers (its stage alone on one GPU: every m; its
 # profiled steps: 1F1B and the fewest chunks at m = 2p): "m", the bubble sweep's micro-batch counts;
 # "vpp", m -> the chunk counts v recorded; "layouts", (tp, vpp) of the layouts recorded on p GPUs.
@@ -67,7 +74,8 @@ def _llama_350m():
 
 def _plan(gpus: int = 2, iters: int = ITERS) -> dict:
     """Every gpt-8.3b pipeline run of the chapter up to `gpus` (the largest pipeline, and the layouts' GPU
-    count), recorded or queued: `runs` takes the recorded ones, `pending` the rest."""
+    count), recorded or queued: `runs` takes the recorded ones, `pending` the rest. From 8 GPUs on, the
+    seed tutorial's TP+SP 2 × PP 4 chunk sweep too ("seed_vpp"); below 8 the plan has no such key."""
     big = presets.get(MODEL).replace(iters=iters)
     pps = [p for p in degrees(gpus) if p > 1]
     tops = pps[-1:]                     # the largest pipeline: its profiled steps and layouts
@@ -75,7 +83,7 @@ def _plan(gpus: int = 2, iters: int = ITERS) -> dict:
     pipe = lambda p, m, **kw: big.replace(gpus=p, pp=p, mbs=gbs(p) // m, gbs=gbs(p), **kw)  # noqa: E731
     chunks = lambda p: [v for v in CHUNKS if (big.layers // p) % v == 0]  # noqa: E731
     layout = lambda g, t, **kw: big.replace(gpus=g, tp=t, pp=g // t, sp=t > 1, mbs=1, gbs=gbs(g), **kw)  # noqa: E731
-    return {
+    plan = {
         # 1. the bubble: step time against m at a fixed global batch, and one stage's layers alone on one GPU
         "bubble": {p: [pipe(p, m) for m in _microbatches(gbs(p))] for p in pps},
         "one_stage": {p: _one_stage(p, iters) for p in pps},
@@ -92,6 +100,9 @@ def _plan(gpus: int = 2, iters: int = ITERS) -> dict:
         "parity": [q for q in (Parity(_llama_350m().replace(gpus=p, pp=p, vpp=v)) for p in pps for v in (1, 2))
                    if not q.cfg.problems()],
     }
+    if gpus >= 8:   # 7. the seed tutorial's TP+SP 2 × PP 4 × VPP v at m = 4, on its 8 GPUs (dp 1: mbs = gbs / m)
+        plan["seed_vpp"] = {8: {SEED_M: [layout(8, 2, vpp=v).replace(mbs=gbs(8) // SEED_M) for v in SEED_VPP]}}
+    return plan
 
 
 def runs(gpus: int = 2, iters: int = ITERS) -> dict:

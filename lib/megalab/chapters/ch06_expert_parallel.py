@@ -82,6 +82,11 @@ def _layouts(base, top: int) -> dict:
         "dispatcher_topk": {d: wide(topk=2, ep=top, moe_dispatcher=d) for d in ("alltoall", "allgather")},
         "etp": [wide(etp=top)],
         "etp_ep": [wide(etp=2, ep=top // 2)] if top >= 4 else [],   # both: each expert split in 2, experts over top/2
+        # the seed's 8-GPU rows: 256 experts at every EP x ETP split with both above 1 (EP 4 x ETP 2, EP 2 x ETP 4),
+        # expert DP = top / (ep * etp) = 1. Only from 8 GPUs: at 4 the one split is etp_ep's, recorded at 64 experts,
+        # and the recorded two- and four-GPU layouts keep their keys
+        **({"etp_ep_experts": {t: wide(experts=EXPERTS[-1], ep=top // t, etp=t) for t in degrees(top)[1:-1]}}
+           if top >= 8 else {}),
         # 3. the largest expert count that fits, EP against DP with the distributed optimizer (fit searches
         # around theory's prediction, in steps of 8 experts per EP rank)
         "fit_experts": {name: Fit(wide(iters=FIT_ITERS, **kw), "experts", GPU, step=8 * kw.get("ep", 1))
