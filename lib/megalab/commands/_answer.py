@@ -47,5 +47,5 @@ def _json(obj) -> str:
 
 def _config(ns):
     """The RunConfig the flags describe, validated first in every command and mode (InvalidLayout: exit 2)."""
-    from megalab.flags import config_from_args
+    from megalab.runs.flags import config_from_args
     return config_from_args(ns).validate()

@@ -19,8 +19,8 @@ def cmd_plan(ns) -> int:
 
 def _search(ns) -> int:
     """plan --search: the model's layouts on --gpus, fastest first; a layout flag given pins its axis."""
-    from megalab import calibration, search
-    from megalab.flags import config_from_args
+    from megalab.predict import calibration, search
+    from megalab.runs.flags import config_from_args
     cfg = config_from_args(ns)  # its layout is not validated: the search tries every layout
     pinned = {axis: getattr(ns, axis) for axis in search.AXES if getattr(ns, axis, None) is not None}
     found = search.search(cfg, cfg.gpus, gpu=ns.gpu, top=ns.top or 10, model=calibration.for_search(ns.gpu), **pinned)
@@ -32,7 +32,8 @@ def _search(ns) -> int:
 
 
 def cmd_presets(ns) -> int:
-    from megalab import presets, theory
+    from megalab import theory
+    from megalab.runs import presets
     rows = []
     for name in presets.names():
         cfg = presets.get(name)

@@ -12,7 +12,7 @@ def cmd_run(ns) -> int:
     cfg = _config(ns)
     if ns.dry_run:
         return _dry_run(cfg, ns)
-    from megalab.results import run
+    from megalab.runs.running import run
     launch_kw = {}
     _check_nodes(cfg, ns)
     if ns.nnodes > 1:
@@ -23,9 +23,9 @@ def cmd_run(ns) -> int:
 
 
 def cmd_peer(ns) -> int:
-    """The same configuration trained by Megatron-LM's pretrain_gpt.py (megalab.peer), recorded tagged "peer"."""
-    from megalab import peer
-    from megalab.results import run
+    """The same configuration trained by Megatron-LM's pretrain_gpt.py (megalab.runs.peer), recorded tagged "peer"."""
+    from megalab.runs import peer
+    from megalab.runs.running import run
     cfg = peer.peer_config(_config(ns)).validate()
     if ns.mode != "cached":
         peer.source_dir(ns.megatron_lm)  # no checkout: say how to get one before anything starts
@@ -59,7 +59,7 @@ def _check_nodes(cfg, ns) -> None:
 
 def _dry_run(cfg, ns) -> int:
     """The trainer with --dry-run on CPU (gloo): model shards built, parameters counted per rank."""
-    from megalab.launch import launch
+    from megalab.runs.launch import launch
     outcome = launch(cfg, timeout_s=ns.timeout, progress=False, dry_run=True)
     parsed = outcome.parsed
     if ns.json:
@@ -84,7 +84,7 @@ def _dry_run(cfg, ns) -> int:
 
 
 def cmd_fit(ns) -> int:
-    from megalab.sweep import fit
+    from megalab.runs.sweep import fit
     if ns.lo > ns.hi:
         raise BadArgument(f"--lo {ns.lo} is above --hi {ns.hi}: pass lo <= hi")
     out = fit(_config(ns), vary=ns.vary, lo=ns.lo, hi=ns.hi, mode=ns.mode, step=ns.step, timeout_s=ns.timeout,
@@ -95,7 +95,7 @@ def cmd_fit(ns) -> int:
 
 
 def cmd_parity(ns) -> int:
-    from megalab.sweep import parity
+    from megalab.runs.sweep import parity
     out = parity(_config(ns), mode=ns.mode, repeats=ns.repeats, timeout_s=ns.timeout, tags=ns.tag)
     print(out.series.to_string(index=False))
     print(repr(out))
@@ -103,7 +103,7 @@ def cmd_parity(ns) -> int:
 
 
 def cmd_slurm(ns) -> int:
-    from megalab.launch import slurm_script
+    from megalab.runs.launch import slurm_script
     print(slurm_script(_config(ns), ns.nodes, ns.gpus_per_node, partition=ns.partition, time=ns.time,
                        account=ns.account), end="")
     return EXIT_OK
