@@ -11,8 +11,11 @@ Importing megalab has no side effects: submodules load on first use (no torch, n
 from importlib import import_module
 
 __version__ = "0.1.0"
-__all__ = ["RunConfig", "InvalidLayout", "NotRecorded", "NotEnoughGPUs", "run", "presets", "theory",
-           "results", "charts", "bench", "config", "chapters"]
+__all__ = ["RunConfig", "InvalidLayout", "NotRecorded", "NotEnoughGPUs", "run",
+           "axes", "bench", "calibration", "chapters", "charts", "config", "data", "env", "flags", "hardware",
+           "launch", "metrics", "peer", "presets", "profiles", "records", "recording", "reproduce", "results",
+           "routing", "search", "shapes", "specs", "step_model", "store", "sweep", "theory", "timings",
+           "widgets", "wiring"]
 
 _LAZY = {"RunConfig": ("runs.config", "RunConfig"), "InvalidLayout": ("runs.config", "InvalidLayout"),
          "NotRecorded": ("runs.running", "NotRecorded"), "NotEnoughGPUs": ("runs.launch", "NotEnoughGPUs"),
@@ -20,7 +23,7 @@ _LAZY = {"RunConfig": ("runs.config", "RunConfig"), "InvalidLayout": ("runs.conf
 # The short names notebooks import (`from megalab import results, store`) and where each module lives now.
 _MODULES = {"presets": "runs.presets", "config": "runs.config", "flags": "runs.flags", "shapes": "runs.shapes",
             "launch": "runs.launch", "peer": "runs.peer", "results": "runs.running", "sweep": "runs.sweep",
-            "store": "records.store", "records": "records", "timings": "records.timings",
+            "axes": "runs.axes", "store": "records.store", "records": "records", "timings": "records.timings",
             "profiles": "records.profiles", "routing": "records.routing", "step_model": "predict.step_model",
             "calibration": "predict.calibration", "search": "predict.search", "specs": "book.specs",
             "recording": "book.recording", "reproduce": "book.reproduce", "widgets": "book.widgets",

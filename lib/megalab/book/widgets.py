@@ -23,9 +23,10 @@ import plotly.io as pio
 from IPython.display import display
 
 from megalab import charts
+from megalab.runs.axes import SIZES
 
 _POW2 = [1, 2, 4, 8, 16, 32, 64]
-_LAYOUT = ("tp", "pp", "vpp", "cp", "ep")
+_LAYOUT = tuple(a for a in SIZES if a != "etp")  # the planner's drop-downs (runs.axes)
 
 
 def ranking(cfg, gpu: str = "H200", top: int = 10, store=None) -> tuple:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from megalab.commands._answer import EXIT_OK, BadArgument, _json, _table
+from megalab.commands.shared import EXIT_OK, BadArgument, to_json, table
 
 
 _RESULT_COLUMNS = ["label", "status", "step_time_s", "tflops_per_gpu", "mfu", "mem_reserved_peak_gib",
@@ -27,7 +27,7 @@ def cmd_results(ns) -> int:
     records = store.load(ns.kind, status=ns.status, key=ns.key,
                          label=(lambda s: ns.label in (s or "")) if ns.label else None)
     if ns.json:
-        print(_json(records))
+        print(to_json(records))
         return EXIT_OK
     if not records:
         print(f"no records in {store.path(ns.kind)} match")
@@ -44,7 +44,7 @@ def cmd_results(ns) -> int:
 def cmd_env(ns) -> int:
     from megalab.machine.env import fingerprint, git_commit
     info = {**fingerprint(), "git_commit": git_commit()}
-    print(_json(info) if ns.json else _table(info))
+    print(to_json(info) if ns.json else table(info))
     return EXIT_OK
 
 

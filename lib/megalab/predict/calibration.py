@@ -247,9 +247,9 @@ def calibrate(store=None, gpu: str = "H200", fixed: dict | None = None) -> Calib
     import numpy as np
     import pandas as pd
     from megalab.runs.running import NotRecorded
-    from megalab.records.store import _store
+    from megalab.records.store import as_store
     name = spec(gpu).name
-    store = _store(store)
+    store = as_store(store)
     recs = usable_records(store, name)
     if len(recs) <= len(CONSTANTS):
         raise NotRecorded(f"{len(recs)} usable {name} run record(s) in {store.root}; the fit needs more than "

@@ -24,10 +24,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from megalab import theory
+from megalab.runs.axes import MODEL_PARALLEL, SIZES
 from megalab.runs.config import InvalidLayout, RunConfig
 from megalab.theory.flops import spec
 
-__all__ = ["AXES", "Candidate", "Ranking", "UnknownAxis", "memory_cap", "search"]
+__all__ = ["VARIES", "Candidate", "Ranking", "UnknownAxis", "memory_cap", "search"]
 
 # Said with every ranking until chapter 07 calibrates the model on the book's records: the roofline's
 # compute ignores micro-batch and GEMM shape, takes one bus bandwidth for every collective, charges the
@@ -38,7 +39,7 @@ CALIBRATED = ("predicted by the model named above (its error on records it was n
               "compare the top layouts by measuring them")
 
 RECOMPUTE = ("none", "selective", "full")
-AXES = ("tp", "pp", "vpp", "cp", "ep", "etp", "sp", "mbs", "recompute", "dist_opt")  # what the search varies
+VARIES = (*SIZES, "sp", "mbs", "recompute", "dist_opt")  # what the search varies (SIZES: runs.axes)
 _COMM = ("tp", "dp", "cp", "pp", "ep")  # theory.comm_bytes_per_step's axes
 _OTHER = {"host": "host overhead", "optimizer": "optimizer step"}  # further terms a model= may predict
 
@@ -159,7 +160,7 @@ def _allowed(limits: dict, axis: str, values) -> list:
 def _layouts(base: RunConfig, gpus: int, limits: dict) -> Iterator[RunConfig]:
     """Every combination of the axes, in a fixed order; validity is left to layout_rules.problems."""
     moe, divs = base.experts > 0, _divisors(gpus)
-    for tp, pp, cp in itertools.product(*(_allowed(limits, a, divs) for a in ("tp", "pp", "cp"))):
+    for tp, pp, cp in itertools.product(*(_allowed(limits, a, divs) for a in MODEL_PARALLEL)):
         if gpus % (tp * pp * cp):
             continue
         dp = gpus // (tp * pp * cp)
@@ -280,7 +281,7 @@ def search(model_cfg: RunConfig, gpus: int, gpu: str = "H200", gbs: int | None =
     `seq` (default: the config's), ranked by predicted step time; the best `top` (None: all) as a Ranking.
 
     `limits` narrow an axis to a value or a collection of values: `tp=2`, `pp=(1, 2)`, `recompute="none"`,
-    `dist_opt=True` (axes: AXES). The model's other fields (impl, fp8, overlap, cp_comm, dispatcher ...) are
+    `dist_opt=True` (axes: VARIES). The model's other fields (impl, fp8, overlap, cp_comm, dispatcher ...) are
     kept as given. Equal predicted times rank the smaller memory first, then the layout's numbers in order.
     `store` (default: the results store) gives the measured rates and marks layouts it holds a record of.
     `model` (default: the roofline, theory.step_time_estimate) ranks with any object whose `predict(cfg)`
@@ -289,13 +290,13 @@ def search(model_cfg: RunConfig, gpus: int, gpu: str = "H200", gbs: int | None =
     Raises InvalidLayout when the model itself cannot run (whatever the layout), UnknownAxis for a limit
     on something the search does not vary.
     """
-    from megalab.runs.running import _store
+    from megalab.records.store import as_store
     from megalab.records.timings import loose_key
     if top is not None and top < 1:
         raise ValueError(f"top={top}: pass 1 or more, or None for every layout")
-    unknown = sorted(set(limits) - set(AXES))
+    unknown = sorted(set(limits) - set(VARIES))
     if unknown:
-        raise UnknownAxis(f"the search does not vary {', '.join(unknown)}: limit one of {', '.join(AXES)}")
+        raise UnknownAxis(f"the search does not vary {', '.join(unknown)}: limit one of {', '.join(VARIES)}")
     gbs, seq = model_cfg.gbs if gbs is None else gbs, model_cfg.seq if seq is None else seq
     trivial = dict(gpus=1, tp=1, pp=1, vpp=1, cp=1, ep=1, etp=1, sp=False, mbs=1, dist_opt=False)
     base = model_cfg.replace(gbs=gbs, seq=seq, **trivial)
@@ -306,7 +307,7 @@ def search(model_cfg: RunConfig, gpus: int, gpu: str = "H200", gbs: int | None =
     if model is not None and getattr(model, "gpu", name) != name:
         raise ValueError(f"the model was calibrated on {model.gpu}, the search is for {name}: "
                          f"calibrate on {name} (calibration.calibrate(gpu={name!r}))")
-    store = _store(store)
+    store = as_store(store)
     if model is None:
         tflops, bw, rates = _rates(name, "fp8" if base.fp8 else "bf16", gpus, store)
         score, caveat = (lambda cfg: _score(cfg, name, tflops, bw)), CAVEAT
@@ -328,7 +329,7 @@ def search(model_cfg: RunConfig, gpus: int, gpu: str = "H200", gbs: int | None =
             continue
         scored.append({**score(cfg), "mem_gib": mem["total"]})
     order = lambda s: (round(s["step_s"] * 1e6), round(s["mem_gib"], 3),  # noqa: E731
-                       tuple(getattr(s["cfg"], a) for a in ("tp", "pp", "vpp", "cp", "ep", "etp", "mbs")),
+                       tuple(getattr(s["cfg"], a) for a in (*SIZES, "mbs")),
                        s["cfg"].sp, RECOMPUTE.index(s["cfg"].recompute), s["cfg"].dist_opt)
     scored.sort(key=order)
     candidates = []

@@ -132,8 +132,8 @@ def made_before(cfg, when: str, profiled: bool = False, store=None) -> dict:
     """The newest ok record of `cfg` recorded before `when` (ISO 8601 UTC, as records' recorded_at), e.g.
     the last one a trainer made before a change; profiled or not. NotRecorded if there is none."""
     from megalab.runs.running import NotRecorded
-    from megalab.records.store import _store
-    for r in _store(store).find(cfg, status="ok", profiled=profiled):   # newest first
+    from megalab.records.store import as_store
+    for r in as_store(store).find(cfg, status="ok", profiled=profiled):   # newest first
         if (r.get("recorded_at") or "") < when:
             return r
     raise NotRecorded(f"no {'profiled ' if profiled else ''}record of {cfg.label} before {when}")
@@ -143,10 +143,10 @@ def side_profiles(cfg, gpu_model: str, store=None) -> dict:
     """{"ours": record, "peer": record}: the newest profiled record of `cfg` (iterations and seed aside) by our
     trainer and by the peer (`megalab run|peer --profile`) on `gpu_model`, for each side that has one."""
     from megalab.runs.config import RunConfig
-    from megalab.records.store import _store, same_gpu_model
+    from megalab.records.store import as_store, same_gpu_model
     from megalab.records.timings import loose_key, side_of
     out = {}
-    for r in sorted(_store(store).load("run", status="ok"), key=lambda r: r.get("recorded_at") or ""):
+    for r in sorted(as_store(store).load("run", status="ok"), key=lambda r: r.get("recorded_at") or ""):
         if ("profile" in (r.get("tags") or []) and r.get("profile")
                 and same_gpu_model((r.get("env") or {}).get("gpu_name"), gpu_model)):
             who, ours = side_of(RunConfig.from_dict(r["config"]))

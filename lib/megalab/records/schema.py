@@ -10,11 +10,14 @@ Core, Transformer Engine), git commit, time, tags, the run folder, and for a pro
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from collections.abc import Iterable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from megalab.runs.axes import MODEL_PARALLEL, SHORT
 
 SCHEMA = 1
 RUNS, BENCH, ERRATA = "runs.jsonl", "bench.jsonl", "errata.jsonl"
@@ -58,7 +61,7 @@ def trainer_revision(record: dict) -> int:
     return sum(at >= when for when, *_ in TRAINER_CHANGES)
 
 
-_LEAD = ("label", "key", "status", "model", "gpus", "tp", "pp", "vpp", "cp", "ep", "etp", "dp", "sp",
+_LEAD = ("label", "key", "status", "model", "gpus", *SHORT, "sp",
          "mbs", "gbs", "seq", "num_microbatches")
 
 
@@ -109,7 +112,7 @@ def to_frame(records: Iterable[dict]):
         row["model"] = cfg.pop("name", None)
         row.update(cfg)
         try:
-            row["dp"] = cfg["gpus"] // (cfg["tp"] * cfg["pp"] * cfg["cp"])
+            row["dp"] = cfg["gpus"] // math.prod(cfg[a] for a in MODEL_PARALLEL)
             row["num_microbatches"] = cfg["gbs"] // (cfg["mbs"] * row["dp"])
         except (KeyError, TypeError, ZeroDivisionError):
             row["dp"] = row["num_microbatches"] = None

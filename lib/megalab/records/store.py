@@ -48,23 +48,23 @@ def default_root() -> Path:
     return (root if root is not None else Path.cwd()) / "results"
 
 
-def _clean(obj: Any) -> Any:
-    """Strict JSON: non-finite floats (a diverged loss) become null."""
+def plain(obj: Any) -> Any:
+    """Strict JSON: non-finite floats (a diverged loss) become null, keys become strings."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
+        return {str(k): plain(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
+        return [plain(v) for v in obj]
     return obj
 
 
 def _dumps(record: dict) -> bytes:
-    return (json.dumps(_clean(record), separators=(",", ":"), allow_nan=False) + "\n").encode()
+    return (json.dumps(plain(record), separators=(",", ":"), allow_nan=False) + "\n").encode()
 
 
 def _content_id(record: dict) -> str:
-    return hashlib.sha256(json.dumps(_clean(record), sort_keys=True).encode()).hexdigest()[:32]
+    return hashlib.sha256(json.dumps(plain(record), sort_keys=True).encode()).hexdigest()[:32]
 
 
 # -- the store -------------------------------------------------------------------------------------
@@ -166,14 +166,15 @@ class Store:
         skip = set(exclude) | set(self.errata())
         gpu_of = lambda r: (r.get("env") or {}).get("gpu_name")  # noqa: E731
         found = [r for r in self.load(key=key, status=status) if r.get("id") not in skip
-                 and (gpu_name is None or _same_gpu(gpu_of(r), gpu_name))
+                 and (gpu_name is None or same_gpu_name(gpu_of(r), gpu_name))
                  and (gpu_model is None or same_gpu_model(gpu_of(r), gpu_model))
                  and (profiled is None or ("profile" in (r.get("tags") or [])) == profiled)]
         order = {id(r): i for i, r in enumerate(found)}
         return sorted(found, key=lambda r: (r.get("recorded_at") or "", order[id(r)]), reverse=True)
 
 
-def _same_gpu(a: str | None, b: str | None) -> bool:
+def same_gpu_name(a: str | None, b: str | None) -> bool:
+    """The same GPU name, case and surrounding spaces aside."""
     return bool(a) and bool(b) and a.strip().casefold() == b.strip().casefold()
 
 
@@ -183,7 +184,7 @@ def same_gpu_model(a: str | None, b: str | None) -> bool:
     try:
         return bool(a) and bool(b) and gpu_spec(a).name == gpu_spec(b).name
     except UnknownGPU:
-        return _same_gpu(a, b)
+        return same_gpu_name(a, b)
 
 
 def _lock_path(path: Path) -> Path:
@@ -314,20 +315,21 @@ def matches(record: dict, **filters) -> bool:
 
 
 # -- module-level verbs over the default store -----------------------------------------------------
-def _store(store) -> Store:
+def as_store(store) -> Store:
+    """A Store from a Store, a folder, or None (the default folder)."""
     return store if isinstance(store, Store) else Store(store)
 
 
 def load(kind: str = "run", store: Store | str | None = None, **filters) -> list[dict]:
     """Records of the store (default: `default_root()`) matching the filters; see `matches`."""
-    return _store(store).load(kind, **filters)
+    return as_store(store).load(kind, **filters)
 
 
 def find(cfg_or_key, store: Store | str | None = None, **kw) -> list[dict]:
     """Records of one configuration, newest first (gpu_name=, status=, exclude= narrow it)."""
-    return _store(store).find(cfg_or_key, **kw)
+    return as_store(store).find(cfg_or_key, **kw)
 
 
 def import_records(path: str | os.PathLike, store: Store | str | None = None) -> int:
     """Merge another results file into the store; returns the number of new records."""
-    return _store(store).import_records(path)
+    return as_store(store).import_records(path)

@@ -28,8 +28,8 @@ def loose_key(cfg) -> str:
 def _clean(store, gpu_model: str):
     """(RunConfig, record) of each clean timing on `gpu_model`, oldest first."""
     from megalab.records.schema import WARMUP_TAG
-    from megalab.records.store import _store
-    for cfg, r in sorted(_store(store).runs_on(gpu_model, "ok"), key=lambda cr: cr[1].get("recorded_at") or ""):
+    from megalab.records.store import as_store
+    for cfg, r in sorted(as_store(store).runs_on(gpu_model, "ok"), key=lambda cr: cr[1].get("recorded_at") or ""):
         if not {"profile", "packed", WARMUP_TAG} & set(r.get("tags") or []):
             yield cfg, r
 
@@ -147,8 +147,8 @@ def graph_call(store, cfg, gpu_model: str):
     import numpy as np
     import pandas as pd
     from megalab.records.schema import trained
-    from megalab.records.store import _store
-    runs = sorted((r for g in GRAPHS for r in _store(store).find(cfg.replace(cuda_graphs=g), gpu_model=gpu_model,
+    from megalab.records.store import as_store
+    runs = sorted((r for g in GRAPHS for r in as_store(store).find(cfg.replace(cuda_graphs=g), gpu_model=gpu_model,
                    profiled=False) if "graphs" in (r.get("tags") or []) and trained(r)), key=lambda r: r["recorded_at"])
     plain = [i for i, r in enumerate(runs) if r["config"]["cuda_graphs"] == "none"]
     if not plain:

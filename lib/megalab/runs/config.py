@@ -14,6 +14,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
+from megalab.runs.axes import model_parallel
 from megalab.runs.layout_rules import hierarchical_cp, problems  # re-exported: config.problems(cfg)
 from megalab.runs.shapes import PRESETS
 
@@ -98,7 +99,7 @@ class RunConfig:
     @property
     def dp(self) -> int:
         """Data-parallel size: gpus // (tp*pp*cp)."""
-        return self.gpus // (self.tp * self.pp * self.cp)
+        return self.gpus // model_parallel(self)
 
     @property
     def num_microbatches(self) -> int:

@@ -11,6 +11,8 @@ import dataclasses
 import math
 import re
 
+from megalab.runs.axes import SIZES
+
 # a run's name goes into its folder (runs/<label>-<time>), an sbatch job name and the records
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -50,8 +52,7 @@ def problems(cfg, gpus_available=None, te_available=None, gpu_name=None) -> list
         ch = f.metadata["choices"]
         if ch and getattr(c, f.name) not in ch:
             add(f"{f.name}={getattr(c, f.name)!r} is not supported: pick one of {', '.join(ch)}")
-    for n in ("layers", "hidden", "heads", "vocab", "seq", "gpus", "tp", "pp", "vpp", "cp", "ep",
-              "etp", "mbs", "gbs", "topk", "iters"):
+    for n in ("layers", "hidden", "heads", "vocab", "seq", "gpus", *SIZES, "mbs", "gbs", "topk", "iters"):
         if getattr(c, n) < 1:
             add(f"{n}={getattr(c, n)} must be at least 1")
     for n in ("query_groups", "ffn", "moe_ffn"):

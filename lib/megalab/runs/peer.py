@@ -22,6 +22,7 @@ from datetime import datetime
 from pathlib import Path
 
 from megalab import metrics, theory, wiring
+from megalab.runs.axes import lm_flags
 from megalab.runs.config import hierarchical_cp
 
 RELEASE = "core_v0.16.1"  # the Megatron-LM tag of the pinned megatron-core
@@ -80,9 +81,7 @@ def args(cfg) -> list[str]:
         "--position-embedding-type", "rope" if cfg.position == "rope" else "learned_absolute",
         "--vocab-size", cfg.vocab - 1, "--make-vocab-size-divisible-by", math.gcd(cfg.vocab // cfg.tp, 128),
         # layout
-        "--tensor-model-parallel-size", cfg.tp, "--pipeline-model-parallel-size", cfg.pp,
-        "--context-parallel-size", cfg.cp, "--cp-comm-type", cfg.cp_comm,
-        "--expert-model-parallel-size", cfg.ep, "--expert-tensor-parallel-size", cfg.etp,
+        *lm_flags(cfg, after={"cp": ["--cp-comm-type", cfg.cp_comm]}),   # runs.axes, in its order
         # batch, precision, implementation
         "--micro-batch-size", cfg.mbs, "--global-batch-size", cfg.gbs, "--bf16",
         "--transformer-impl", "transformer_engine" if te else "local",
@@ -108,8 +107,6 @@ def args(cfg) -> list[str]:
         out += ["--cross-entropy-fusion-impl", "te"]
     if cfg.query_groups and cfg.query_groups != cfg.heads:
         out += ["--group-query-attention", "--num-query-groups", cfg.query_groups]
-    if cfg.vpp > 1:
-        out += ["--num-virtual-stages-per-pipeline-rank", cfg.vpp]  # chunks per rank, not layers per chunk
     if hierarchical_cp(cfg) and cfg.cp > 1:
         out += ["--hierarchical-context-parallel-sizes", *hierarchical_cp(cfg)]
     if moe:

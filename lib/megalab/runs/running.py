@@ -19,9 +19,9 @@ from megalab.records.store import (  # noqa: F401  (re-exported: results.Store, 
     ERRATA,
     RUNS,
     Store,
-    _clean,
-    _same_gpu,
-    _store,
+    plain,
+    same_gpu_name,
+    as_store,
     default_root,
     find,
     import_records,
@@ -109,7 +109,7 @@ def _predict(cfg, gpu_name: str | None) -> dict:
         plan = theory.plan(cfg, gpu_name or "H200")
     except Exception:  # prediction is decoration: a missing or failing model must not lose a run
         return {}
-    return json.loads(json.dumps(_clean(plan), default=str))  # plain JSON: numbers, strings, dicts
+    return json.loads(json.dumps(plain(plan), default=str))  # plain JSON: numbers, strings, dicts
 
 
 def _live(cfg, store: Store, tags, timeout_s, progress, launch_kw=None) -> Result:
@@ -160,7 +160,7 @@ def select(cfg, mode: str, store: Store, gpu_name: str | None, gpus: int, te: bo
         if not records:
             raise not_recorded(cfg)
         return "cached", records[0]
-    here = [r for r in settled if _same_gpu((r.get("env") or {}).get("gpu_name"), gpu_name)]
+    here = [r for r in settled if same_gpu_name((r.get("env") or {}).get("gpu_name"), gpu_name)]
     if here:  # a transient failure here is worth a new try
         return "cached", here[0]
     if gpus >= cfg.gpus and not cfg.problems(gpus_available=gpus, te_available=te, gpu_name=gpu_name):
@@ -187,7 +187,7 @@ def run(cfg, mode: str = "auto", tags: Iterable[str] = (), store: Store | str | 
     Prints one line saying which source answered.
     """
     cfg.validate()  # an impossible layout is answered as such, whatever the mode
-    store = _store(store)
+    store = as_store(store)
     gpu_name, gpus, te = _local_hardware() if mode != "cached" else (None, 0, False)
     source, record = select(cfg, mode, store, gpu_name, gpus, te, exclude, gpu, profile)
     if profile:
@@ -210,7 +210,7 @@ def frame(results: Iterable[Result], reference_gpu: str | None = None, store: St
         rows.append(r.record)
         sources.append("yours" if r.source == "live" else "reference")
         if r.source == "live" and reference_gpu:
-            found = _store(store).find(r.record.get("key") or r.config.key, status="ok", profiled=False,
+            found = as_store(store).find(r.record.get("key") or r.config.key, status="ok", profiled=False,
                                        gpu_model=reference_gpu, exclude=[r.record.get("id")])
             if found:
                 rows.append(found[0])

@@ -15,13 +15,13 @@ class BadArgument(ValueError):
     """An argument names something that is not there, or two arguments disagree; the message says which."""
 
 
-def _fmt(v) -> str:
+def fmt(v) -> str:
     if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10_000:
         return f"{v:,}"
     if isinstance(v, float):
         return f"{v:.4g}"
     if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_fmt(x) for x in v) + "]"
+        return "[" + ", ".join(fmt(x) for x in v) + "]"
     return str(v)
 
 
@@ -35,17 +35,17 @@ def _flat(d: dict, prefix: str = "") -> list[tuple[str, object]]:
     return out
 
 
-def _table(d: dict) -> str:
+def table(d: dict) -> str:
     rows = _flat(d)
     width = max((len(k) for k, _ in rows), default=0)
-    return "\n".join(f"{k:<{width}}  {_fmt(v)}" for k, v in rows)
+    return "\n".join(f"{k:<{width}}  {fmt(v)}" for k, v in rows)
 
 
-def _json(obj) -> str:
+def to_json(obj) -> str:
     return json.dumps(obj, indent=2, default=str)
 
 
-def _config(ns):
+def validated_config(ns):
     """The RunConfig the flags describe, validated first in every command and mode (InvalidLayout: exit 2)."""
     from megalab.runs.flags import config_from_args
     return config_from_args(ns).validate()
