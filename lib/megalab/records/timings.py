@@ -153,7 +153,7 @@ def graph_call(store, cfg, gpu_model: str):
     plain = [i for i, r in enumerate(runs) if r["config"]["cuda_graphs"] == "none"]
     if not plain:
         raise LookupError(f"no call timed {cfg.label} on {gpu_model} without CUDA graphs beside its captures: record "
-                          "it with 'graphs!' plan lines (tools/gpu/plans/s19-x4.txt)")
+                          "it with 'graphs!' plan lines (megalab experiments prints them)")
     lo, hi = _sitting(runs, plain[-1])
     call = runs[lo:hi]
     steps = call[0]["series"]["step"]
