@@ -1,9 +1,9 @@
 """A small, realistic run record for the store and results tests (shared by test_store and test_results)."""
 
 from megalab import metrics
-from megalab.config import RunConfig
-from megalab.launch import RunOutcome
-from megalab.records import make_record
+from megalab.runs.config import RunConfig
+from megalab.runs.launch import RunOutcome
+from megalab.records.schema import make_record
 
 CFG = RunConfig(name="gpt-test", layers=4, hidden=256, heads=4, gpus=2, tp=2, mbs=2, gbs=8, impl="local")
 

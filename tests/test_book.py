@@ -68,7 +68,7 @@ def test_cells_are_short(path):
 
 def test_toc_lists_existing_pages_and_every_notebook():
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    from megalab.reproduce import _toc_files
+    from megalab.book.reproduce import _toc_files
     files = _toc_files(toc)
     for f in files:
         assert any((ROOT / f).with_suffix(s).exists() for s in (".md", ".ipynb")), f"_toc.yml: {f} not found"
@@ -80,11 +80,11 @@ def test_config_never_executes_and_excludes_non_book_folders():
     cfg = yaml.safe_load((ROOT / "_config.yml").read_text())
     assert cfg["execute"]["execute_notebooks"] == "off"
     assert {"README.md", "results", "lib", "tests", "runs", ".venv", "_build"} <= set(cfg["exclude_patterns"])
-    assert "megalab.reproduce" in cfg["sphinx"]["extra_extensions"]
+    assert "megalab.book.reproduce" in cfg["sphinx"]["extra_extensions"]
 
 
 def test_planner_shows_a_static_figure_and_layout_problems():
-    from megalab import widgets
+    from megalab.book import widgets
     p = widgets.planner("gpt-tiny", gpu="H200", gpus=2, tp=2)
     bundle = p._repr_mimebundle_()
     assert "Plotly.newPlot" in bundle["text/html"] and "plotly.js v" not in bundle["text/html"]

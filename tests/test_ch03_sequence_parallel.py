@@ -2,10 +2,10 @@
 are legal, scale with the GPU count and are not among them."""
 import pytest
 
-from megalab import chapters, recording, specs
-from megalab.chapters import ch03_sequence_parallel as ch03
-from megalab.config import RunConfig
-from megalab.sweep import with_value
+from megalab.book import chapters, recording, specs
+from megalab.book.chapters import ch03_sequence_parallel as ch03
+from megalab.runs.config import RunConfig
+from megalab.runs.sweep import with_value
 
 
 def _cfg(item) -> RunConfig:
@@ -129,7 +129,7 @@ def test_the_recorded_fits_are_settled_inside_their_windows(t, layout):
 def test_a_queued_fit_is_not_settled_by_the_store():
     """gpt-22b's full-recompute search at TP 4 (29 ran, 32 ran out of memory, 30 and 31 unprobed) and every TP 8
     search: read from the store alone, each still needs a probe, which is why it is queued and not read."""
-    from megalab.results import NotRecorded
+    from megalab.runs.running import NotRecorded
     for fits in chapters.pending("ch03", 8)["fit_mbs"].values():
         for fit in fits.values():
             with pytest.raises(NotRecorded):
@@ -181,7 +181,7 @@ def test_sp_saves_more_of_a_layer_at_tp4_than_at_tp2():
 def test_sp_runs_more_and_shorter_nccl_kernels_than_tp(t):
     """profiles.nccl_kernels on the two profiled steps at TP t: SP has at least twice TP's collectives in the
     layers, and its typical kernel is shorter than TP's all-reduce (half the bytes each)."""
-    from megalab import profiles
+    from megalab.records import profiles
     steps = [p for p in chapters.runs("ch03", 4)["profile_tp"] if p.cfg.tp == t]
     got = {p.cfg.sp: profiles.nccl_kernels(p.run("cached", quiet=True).record["profile"]) for p in steps}
     layers = steps[0].cfg.layers

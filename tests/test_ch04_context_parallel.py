@@ -4,11 +4,12 @@ ones wait for the CP degrees not recorded yet, and at 8 GPUs for the seed tutori
 import pytest
 
 import megalab
-from megalab import chapters, presets, recording, specs
-from megalab.chapters.ch04_context_parallel import (HIERARCHICAL, PROFILED_COMM, RECORDED_CP,
+from megalab.book import chapters, recording, specs
+from megalab.runs import presets
+from megalab.book.chapters.ch04_context_parallel import (HIERARCHICAL, PROFILED_COMM, RECORDED_CP,
                                                    RECORDED_HIERARCHICAL)
-from megalab.config import RunConfig
-from megalab.specs import ITERS, Fit, Parity, Profiled
+from megalab.runs.config import RunConfig
+from megalab.book.specs import ITERS, Fit, Parity, Profiled
 
 
 def _cfg(item) -> RunConfig:
@@ -120,7 +121,7 @@ def test_runs_ask_only_for_recorded_cp_and_pending_keeps_the_rest(gpus):
 def test_hidden_counts_the_ring_time_that_compute_overlaps():
     # the ring's NCCL kernel on stream 26 runs 0-4 ms; attention covers 1-2 ms and 3-6 ms (two streams);
     # the all-reduce on the compute stream at 10-12 ms overlaps nothing
-    from megalab import profiles
+    from megalab.records import profiles
     cols = ["category", "start_ms", "duration_ms", "stream"]
     prof = {"timeline": {"step": 7, "columns": cols, "kernels": [
         ["nccl", 0.0, 4.0, 26], ["attention", 1.0, 1.0, 7], ["attention", 3.0, 3.0, 14], ["gemm", 6.0, 4.0, 7],

@@ -3,9 +3,10 @@ and are the chapter's plan less what is recorded."""
 import pytest
 
 import megalab
-from megalab import chapters, recording, specs, theory
-from megalab.chapters import ch05_pipeline_parallel as ch05
-from megalab.config import RunConfig
+from megalab import theory
+from megalab.book import chapters, recording, specs
+from megalab.book.chapters import ch05_pipeline_parallel as ch05
+from megalab.runs.config import RunConfig
 
 RECORDED = {"4669ef6b6b069788", "db791470283c19f8", "8998cadd686e91fa",   # PP 4, PP 4 × VPP 2, TP 2 × PP 2 parity
             "013f07ee135a9a24",                                          # gpt-8.3b on one H200: out of memory
@@ -140,7 +141,7 @@ def test_pending_is_legal_scaled_and_fits(gpus):
 
 
 def test_schedule_stages_reads_idle_share_and_order():
-    from megalab import profiles
+    from megalab.records import profiles
     t = lambda s, m, k, a, b: {"chunk": 0, "microbatch": m, "kind": k, "start_s": a, "end_s": b}  # noqa: E731
     sched = {"0": [t(0, 0, "F", 0.0, 1.0), t(0, 0, "B", 3.0, 5.0)], "1": [t(1, 0, "F", 1.0, 2.0), t(1, 0, "B", 2.0, 3.0)]}
     stages = profiles.schedule_stages({"schedule": {"step": 3, "stages": sched}})
@@ -159,7 +160,7 @@ def test_the_measured_schedules_run_megatrons_order(p, which):
     """The profiled steps of gpt-8.3b (PP 2 at m = 4, PP 4 at m = 8): every pass of every micro-batch on
     every stage, in the order theory.stage_order lists for Megatron Core, each backward after its forward;
     the ideal schedule built from their mean passes has the formula's bubble."""
-    from megalab import profiles
+    from megalab.records import profiles
     item = chapters.runs("ch05", 2)["profile"][p][which]
     cfg, prof = item.cfg, item.run("cached", quiet=True).record["profile"]
     stages = profiles.schedule_stages(prof)

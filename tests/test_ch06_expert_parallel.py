@@ -2,9 +2,10 @@
 import pytest
 
 import megalab
-from megalab import chapters, profiles, recording, specs
-from megalab.chapters.ch06_expert_parallel import FUSIONS_AT
-from megalab.config import RunConfig
+from megalab.book import chapters, recording, specs
+from megalab.records import profiles
+from megalab.book.chapters.ch06_expert_parallel import FUSIONS_AT
+from megalab.runs.config import RunConfig
 
 RECORDED = {"5404654363680c5c", "3b546200a489c8ab", "853fb2d327a48cde", "51de521bd37c8e86",  # dense twin; 64/128/256
             "2547fb3793f1b282", "bd59030cef75eecb",                                       # profiled: MoE, dense
@@ -48,7 +49,7 @@ def test_the_store_answers_every_run():
 def test_at_four_gpus_every_layout_is_read_and_at_eight_every_one_queued():
     """Sessions 19, 20 and 22 recorded the four-GPU layouts (ETP 2 x EP 2, issue 23's ask, in session 22); the fits
     found 576 (EP 4) and 304 (DP + ZeRO) experts; at two GPUs the layout has no ETP x EP; 8 GPUs wait whole."""
-    from megalab.chapters.ch06_expert_parallel import pending
+    from megalab.book.chapters.ch06_expert_parallel import pending
     four = chapters.runs("ch06", 2)["layouts"][4]
     assert [(c.etp, c.ep, c.gpus) for c in four["etp_ep"]] == [(2, 2, 4)] and pending(4) == {}
     assert chapters.runs("ch06", 2)["layouts"][2]["etp_ep"] == []
@@ -87,7 +88,7 @@ def test_both_top2_runs_are_recorded_and_nothing_at_two_gpus_is_queued():
     """The top-2 allgather run failed three times in TE 2.11 on zero tokens (sessions 12, 13 and 15); with
     megalab.wiring's guards it trained (session 16): both dispatchers' top-2 runs are read at two GPUs and
     nothing there is queued; the expert-count fit searches (steps of 8 experts per EP rank) are read too."""
-    from megalab.chapters.ch06_expert_parallel import pending
+    from megalab.book.chapters.ch06_expert_parallel import pending
     assert pending(2) == {}
     two = chapters.runs("ch06", 2)["layouts"][2]
     assert set(two["dispatcher_topk"]) == {"alltoall", "allgather"}
@@ -111,7 +112,7 @@ SEED_ROWS_8 = [(64, 1, 1, False), (64, 1, 1, True), (64, 8, 1, False),
 def test_every_seed_row_is_queued_at_eight_gpus_and_valid():
     """Each seed row is a plain timed run of pending(8) (top-8, alltoall, auxiliary loss), one Megatron accepts:
     with ETP, expert DP = 8 / (ep * etp)."""
-    from megalab.chapters.ch06_expert_parallel import pending
+    from megalab.book.chapters.ch06_expert_parallel import pending
     timed = [i for i in specs.items(pending(8)) if isinstance(i, RunConfig)]
     for experts, ep, etp, dist_opt in SEED_ROWS_8:
         found = [c for c in timed if (c.experts, c.ep, c.etp, c.dp, c.dist_opt, c.gbs, c.gpus) ==

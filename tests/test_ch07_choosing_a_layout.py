@@ -3,9 +3,10 @@ follow the chapter's choice rule."""
 import pytest
 
 import megalab
-from megalab import chapters, recording, specs, theory
-from megalab.chapters import ch07_choosing_a_layout as ch07
-from megalab.config import RunConfig
+from megalab import theory
+from megalab.book import chapters, recording, specs
+from megalab.book.chapters import ch07_choosing_a_layout as ch07
+from megalab.runs.config import RunConfig
 
 
 def _cfg(item) -> RunConfig:

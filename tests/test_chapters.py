@@ -1,9 +1,9 @@
-"""megalab.chapters, megalab.specs, megalab.recording: each chapter's runs, and the GPU plan printed from them."""
+"""megalab.book.chapters, megalab.book.specs, megalab.book.recording: each chapter's runs, and the GPU plan printed from them."""
 import pytest
 
-from megalab import chapters, recording, specs
-from megalab.config import RunConfig
-from megalab.results import Store
+from megalab.book import chapters, recording, specs
+from megalab.runs.config import RunConfig
+from megalab.runs.running import Store
 
 
 def test_degrees():
@@ -75,12 +75,12 @@ def test_unknown_chapter():
 
 def test_searches_are_sized_for_the_gpu_that_runs_them(monkeypatch):
     """Cached: the reference GPU. Live on an 80 GB H100: the H100's window, not the H200's."""
-    import megalab.env
+    import megalab.machine.env
     assert specs.sizing_gpu("cached") == "H200"
-    monkeypatch.setattr(megalab.env, "local_gpus", lambda: ("NVIDIA H100 80GB HBM3", 8))
+    monkeypatch.setattr(megalab.machine.env, "local_gpus", lambda: ("NVIDIA H100 80GB HBM3", 8))
     assert specs.sizing_gpu("auto") == "H100"
     assert chapters.data_parallel(gpu="H100")["fit_mbs"].window[1] < 30
-    monkeypatch.setattr(megalab.env, "local_gpus", lambda: ("Some Future GPU", 1))
+    monkeypatch.setattr(megalab.machine.env, "local_gpus", lambda: ("Some Future GPU", 1))
     assert specs.sizing_gpu("live") == "H200"
 
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import yaml
 
-from megalab import reproduce
+from megalab.book import reproduce
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("check_html", ROOT / "tools" / "check_html.py")

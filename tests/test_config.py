@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from megalab import presets
-from megalab.config import InvalidLayout, RunConfig, problems
-from megalab.flags import add_config_args, config_from_args, config_to_args
+from megalab.runs import presets
+from megalab.runs.config import InvalidLayout, RunConfig, problems
+from megalab.runs.flags import add_config_args, config_from_args, config_to_args
 
 BASE = RunConfig(name="t", layers=8, hidden=256, heads=8, seq=256, vocab=1024, gbs=8)
 
@@ -207,14 +207,14 @@ def test_int_and_float_spellings_give_one_key():
 
 def test_vocab_must_split_evenly_over_tp():
     """The trainer does not pad the vocabulary per tp (layout-invariant init): the rule is checked up front."""
-    from megalab import presets
+    from megalab.runs import presets
     cfg = presets.get("gpt-350m").replace(vocab=50257, gpus=2, tp=2, mbs=1, gbs=1)
     msgs = [m for m in cfg.problems() if m.startswith("vocab=")]
     assert msgs and "multiple of 128*tp" in msgs[0] and "50432" in msgs[0]
 
 
 def test_label_names_how_the_model_differs_from_its_preset():
-    from megalab import presets
+    from megalab.runs import presets
     gpt = presets.get("gpt-350m")
     assert gpt.label.startswith("gpt-350m_tp1")
     assert gpt.replace(tied_embeddings=False, position="rope").label.startswith("gpt-350m-untied-rope_tp1")

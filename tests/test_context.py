@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from megalab import presets, theory
+from megalab import theory
+from megalab.runs import presets
 from megalab.theory import context
 
 

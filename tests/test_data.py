@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from megalab import data
-from megalab.config import RunConfig
+from megalab.runs.config import RunConfig
 
 CFG = RunConfig(layers=2, hidden=64, heads=4, vocab=1024, seq=32, gbs=16, mbs=1, gpus=1)
 
@@ -108,7 +108,7 @@ def test_markov_chain_has_the_documented_loss_floor():
 
 
 def test_same_batch_in_another_process():
-    code = ("import hashlib; from megalab import data; from megalab.config import RunConfig; "
+    code = ("import hashlib; from megalab import data; from megalab.runs.config import RunConfig; "
             "c = RunConfig(vocab=1024, seq=32, gbs=16); "
             "print(hashlib.sha256(data.synthetic_global_batch(c, 5).numpy().tobytes()).hexdigest())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -3,7 +3,7 @@ TE rule are checked here (the dry runs themselves: tests/test_train_cpu.py)."""
 import importlib.util
 from pathlib import Path
 
-from megalab import presets
+from megalab.runs import presets
 
 _spec = importlib.util.spec_from_file_location("dry_run_plan", Path(__file__).parents[1] / "tools/gpu/dry_run_plan.py")
 dry = importlib.util.module_from_spec(_spec)

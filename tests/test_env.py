@@ -2,7 +2,7 @@
 
 import pytest
 
-from megalab import env
+from megalab.machine import env
 
 TOPO_H200 = """\
 \tGPU0\tGPU1\tGPU2\tGPU3\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID

@@ -2,7 +2,7 @@
 
 import pytest
 
-from megalab.hardware import GPUS, UnknownGPU, gpu_spec, is_hopper_or_newer
+from megalab.machine.hardware import GPUS, UnknownGPU, gpu_spec, is_hopper_or_newer
 
 
 @pytest.mark.parametrize("name, key", [

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from megalab import launch
-from megalab.config import InvalidLayout, RunConfig
+from megalab.runs import launch
+from megalab.runs.config import InvalidLayout, RunConfig
 
 CFG = RunConfig(name="gpt-test", layers=4, hidden=256, heads=4, gpus=2, tp=2, mbs=2, gbs=8, iters=5, impl="local")
 DATA = Path(__file__).parent / "data"
@@ -192,9 +192,9 @@ def test_a_dataset_with_more_token_ids_than_the_vocab_is_refused_before_launch(t
 
     import pytest
 
-    from megalab import presets
-    from megalab.config import InvalidLayout
-    from megalab.launch import _check_data
+    from megalab.runs import presets
+    from megalab.runs.config import InvalidLayout
+    from megalab.runs.launch import _check_data
     prefix = str(tmp_path / "corpus")
     (tmp_path / "corpus.bin").write_bytes(b"")
     (tmp_path / "corpus.json").write_text(json.dumps({"vocab_size": 128256}))

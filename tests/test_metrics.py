@@ -261,7 +261,7 @@ def test_kernel_seconds_count_kernels_only():
 
 def test_import_times_from_the_hosts_profile():
     """The import profile captured on the 4xH200 host (results/probes, lines >= 50 ms kept)."""
-    from megalab.env import repo_root
+    from megalab.machine.env import repo_root
     text = (repo_root() / "results/probes/importtime-torch-megatron-te.txt").read_text()
     t = metrics.import_times(text)
     assert t["megatron.core"] > t["transformer_engine"] > t["jax"] > 0.5   # TE, then JAX inside Megatron's import

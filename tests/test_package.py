@@ -56,8 +56,8 @@ def _circle(graph) -> list[str] | None:
 
 def test_the_graph_sees_the_package():
     graph = _graph()
-    assert "megalab.theory.footprint" in graph and "megalab.config" in graph
-    assert "megalab.config" in graph["megalab.presets"]
+    assert "megalab.theory.footprint" in graph and "megalab.runs.config" in graph
+    assert "megalab.runs.config" in graph["megalab.runs.presets"]
 
 
 def test_no_import_circles():

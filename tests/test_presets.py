@@ -2,8 +2,8 @@
 
 import pytest
 
-from megalab import presets
-from megalab.config import RunConfig
+from megalab.runs import presets
+from megalab.runs.config import RunConfig
 
 # A layout each preset can run at; the big ones use the papers' own layouts
 # (Korthikanti et al. 2022, Table 3: 22B TP8; 175B TP8 PP8; 530B TP8 PP35; 1T TP8 PP64).

@@ -1,10 +1,10 @@
-"""megalab.profiles: one profiled step's kernels by kind, and the GPU's idle gaps between them."""
+"""megalab.records.profiles: one profiled step's kernels by kind, and the GPU's idle gaps between them."""
 import json
 from pathlib import Path
 
 import pytest
 
-from megalab import profiles
+from megalab.records import profiles
 
 COLUMNS = ["category", "start_ms", "duration_ms", "stream"]
 
@@ -58,7 +58,8 @@ def test_kernel_ms_and_extra_over_a_baseline():
 
 
 def test_schedule_tasks_are_gantt_rows_per_stage():
-    from megalab import charts, profiles
+    from megalab import charts
+    from megalab.records import profiles
     t = lambda c, m, k, a, b: {"chunk": c, "microbatch": m, "kind": k, "start_s": a, "end_s": b}  # noqa: E731
     prof = {"schedule": {"step": 3, "stages": {"1": [t(0, 0, "F", 1.0, 2.0)], "0": [t(0, 0, "F", 0.0, 1.0), t(1, 0, "B", 3.0, 4.0)]}}}
     rows = profiles.schedule_tasks(prof)
@@ -81,7 +82,8 @@ def test_rank_times_sets_each_ranks_kernels_beside_its_forward_and_backward():
 
 def test_side_profiles_pairs_each_trainers_newest_profile_of_one_configuration():
     """The CP 2 pair profiled on two H200s (session 15): ours and the peer's, found from our config alone."""
-    from megalab import presets, profiles
+    from megalab.runs import presets
+    from megalab.records import profiles
     cfg = presets.get("gpt-1.2b").replace(gpus=2, cp=2, seq=8192, mbs=1, gbs=1, iters=7)   # iterations aside
     found = profiles.side_profiles(cfg, "H200")
     assert set(found) == {"ours", "peer"}
@@ -93,7 +95,8 @@ def test_side_profiles_pairs_each_trainers_newest_profile_of_one_configuration()
 def test_side_kernels_reads_each_sides_compute_and_ring_from_its_profile():
     """The same pair's kernels: compute (all but NCCL) per step as the sum of its profile's kinds less NCCL's,
     the busiest NCCL stream, the profiled step; on H100s (session 24's lease) the pair's own records."""
-    from megalab import presets, profiles
+    from megalab.runs import presets
+    from megalab.records import profiles
     cfg = presets.get("gpt-1.2b").replace(gpus=2, cp=2, seq=8192, mbs=1, gbs=1)
     for gpu in ("H200", "H100"):
         found, sides = profiles.side_profiles(cfg, gpu), profiles.side_kernels(cfg, gpu)

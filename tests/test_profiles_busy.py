@@ -1,9 +1,10 @@
 """profiles: GPU-busy time of a profiled step (the union of kernel intervals), records before a trainer change."""
 import pytest
 
-from megalab import presets, profiles
-from megalab.results import NotRecorded
-from megalab.store import Store
+from megalab.runs import presets
+from megalab.records import profiles
+from megalab.runs.running import NotRecorded
+from megalab.records.store import Store
 
 COLUMNS = ["category", "start_ms", "duration_ms", "stream"]
 

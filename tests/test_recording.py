@@ -1,5 +1,5 @@
-"""megalab.recording: the GPU host's plan, printed from the chapters' run definitions."""
-from megalab import recording
+"""megalab.book.recording: the GPU host's plan, printed from the chapters' run definitions."""
+from megalab.book import recording
 
 
 def _tags(lines):

@@ -7,7 +7,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from megalab import reproduce
+from megalab.book import reproduce
 
 
 def _book(tmp_path, body="import sys\nprint(sys.executable)"):

@@ -5,9 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from megalab import metrics, results
-from megalab.launch import RunOutcome
-from megalab.results import NotRecorded, Store
+from megalab import metrics
+from megalab.runs import running as results
+from megalab.runs.launch import RunOutcome
+from megalab.runs.running import NotRecorded, Store
 
 from run_records import CFG
 from run_records import record as _record
@@ -22,7 +23,7 @@ def test_not_recorded_message_has_the_command(tmp_path):
     args = shlex.split(msg[msg.index("megalab run "):])[2:-2]
     import argparse
 
-    from megalab.flags import add_config_args, config_from_args
+    from megalab.runs.flags import add_config_args, config_from_args
     ns = add_config_args(argparse.ArgumentParser()).parse_args(args)
     assert config_from_args(ns) == CFG  # the command records exactly this configuration
 
@@ -64,7 +65,7 @@ def test_cached_returns_newest_of_any_status(tmp_path, capsys):
 
 
 def test_live_records_failures_too(tmp_path, monkeypatch):
-    from megalab import launch
+    from megalab.runs import launch
     log = (Path(__file__).parent / "data" / "handmade_log_oom.txt").read_text()
     outcome = RunOutcome(*metrics.classify_failure(log, 1, False), metrics.parse_log(log), tmp_path / "run", 1)
     monkeypatch.setattr(launch, "launch", lambda cfg, **kw: outcome)
@@ -78,7 +79,7 @@ def test_live_records_failures_too(tmp_path, monkeypatch):
 
 def test_store_names_are_re_exported():
     """`results.Store`, `results.load(...)` and friends are the store's and the records' own objects."""
-    from megalab import records, store
+    from megalab.records import schema as records, store
     for name in ("Store", "load", "find", "import_records", "matches", "default_root", "RUNS", "BENCH",
                  "ERRATA"):
         assert getattr(results, name) is getattr(store, name), name
@@ -88,8 +89,8 @@ def test_store_names_are_re_exported():
 
 def test_a_transient_failure_never_hides_a_settled_record(tmp_path):
     """ok/oom/invalid answer a lookup; a later timeout does not replace them, and auto retries it."""
-    from megalab import presets
-    from megalab.results import Store, select
+    from megalab.runs import presets
+    from megalab.runs.running import Store, select
     cfg = presets.get("gpt-tiny").replace(impl="local")
     store = Store(tmp_path)
     env = {"gpu_name": "NVIDIA H200"}
@@ -107,8 +108,8 @@ def test_a_transient_failure_never_hides_a_settled_record(tmp_path):
 def test_lookups_by_gpu_model_prefer_unpacked_and_separate_profiled_runs(tmp_path):
     """gpu="H100" reads only H100 records (datasheet name matching); a run alone on its host wins over
     a newer packed one; profile=True reads only profiled records, other lookups never do."""
-    from megalab import presets
-    from megalab.results import Store, select
+    from megalab.runs import presets
+    from megalab.runs.running import Store, select
     cfg = presets.get("gpt-tiny").replace(impl="local")
     store = Store(tmp_path)
     h100 = store.append({"key": cfg.key, "status": "ok", "env": {"gpu_name": "NVIDIA H100 80GB HBM3"},
@@ -129,20 +130,20 @@ def test_lookups_by_gpu_model_prefer_unpacked_and_separate_profiled_runs(tmp_pat
 
 
 def test_frame_marks_live_results_as_yours():
-    from megalab.results import Result, frame
+    from megalab.runs.running import Result, frame
     from run_records import record
     df = frame([Result(record(), "cached"), Result(record(), "live")])
     assert list(df["source"]) == ["reference", "yours"] and df["tp"].tolist() == [2, 2]
 
 
 def test_same_gpu_model():
-    from megalab.store import same_gpu_model
+    from megalab.records.store import same_gpu_model
     assert same_gpu_model("NVIDIA H200", "H200") and not same_gpu_model("NVIDIA H200", "H100")
     assert same_gpu_model("Mystery GPU", "mystery gpu") and not same_gpu_model(None, "H200")
 
 
 def test_frame_puts_the_reference_beside_a_readers_run(tmp_path):
-    from megalab.results import Result, Store, frame
+    from megalab.runs.running import Result, Store, frame
     from run_records import record
     store = Store(tmp_path)
     ref = store.append(record(gpu="NVIDIA H200"))
@@ -155,7 +156,7 @@ def test_frame_puts_the_reference_beside_a_readers_run(tmp_path):
 def test_trained_counts_a_run_that_hung_only_at_exit():
     """records.trained: ok, or a timeout whose trainer printed its summary (every step done; session 18's CUDA-graph
     runs and session 17's cut-off pipeline run); a timeout mid-run, an OOM or a failure did not train."""
-    from megalab.records import trained
+    from megalab.records.schema import trained
     cfg = {"iters": 20}
     done = {"steps": 20, "startup_marks_s": {"first_step": 21.2}}
     assert trained({"status": "ok", "summary": {}, "config": cfg})

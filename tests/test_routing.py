@@ -1,9 +1,10 @@
-"""megalab.routing reads the tokens per expert an MoE run recorded (routing.json); checked on a synthetic
+"""megalab.records.routing reads the tokens per expert an MoE run recorded (routing.json); checked on a synthetic
 record and on the recorded EP 2 runs of chapter 06 (auxiliary loss, forced balance, none)."""
 import pytest
 
 import megalab
-from megalab import chapters, routing
+from megalab.book import chapters
+from megalab.records import routing
 
 
 def _record(tokens, ratios):

@@ -5,9 +5,11 @@ import re
 
 import pytest
 
-from megalab import cli, presets, search, theory
-from megalab.config import InvalidLayout
-from megalab.results import Store
+from megalab import cli, theory
+from megalab.runs import presets
+from megalab.predict import search
+from megalab.runs.config import InvalidLayout
+from megalab.runs.running import Store
 
 GPT8 = presets.get("gpt-8.3b")
 
@@ -139,7 +141,7 @@ def test_a_calibrated_model_ranks_when_given(store, tmp_path):
     """model= ranks by the model's predict(cfg); without it the ranking is the roofline's, unchanged."""
     from test_calibration import _synthetic
 
-    from megalab import calibration
+    from megalab.predict import calibration
     cal = calibration.calibrate(_synthetic(tmp_path / "records"))
     found = search.search(GPT8, 2, gbs=32, seq=2048, top=20, store=store, model=cal)
     for c in found:

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from megalab import step_model
-from megalab.config import RunConfig
-from megalab.results import Store
+from megalab.predict import step_model
+from megalab.runs.config import RunConfig
+from megalab.runs.running import Store
 
 CFG = RunConfig(name="t", layers=8, hidden=2048, heads=16, vocab=32768, seq=2048, mbs=1, gbs=8)
 C = {"gemm_eff": 0.6, "gemm_width": 500.0, "attn_eff": 0.5, "host_layer": 4e-3, "comm_call": 200e-6,
@@ -52,7 +52,8 @@ def test_communication_counts_bytes_and_calls_per_axis():
 
 def test_moe_layouts_of_any_ep_and_etp_are_priced():
     """Expert tensor parallelism without EP (ep 1, etp 2) once divided by an all-to-all over one GPU."""
-    from megalab import calibration, presets, search
+    from megalab.predict import calibration, search
+    from megalab.runs import presets
     cal = calibration.for_search("H200")
     for gpus in (2, 4):
         found = search.search(presets.get("moe-small"), gpus, gbs=16, seq=2048, model=cal, top=50)

@@ -9,8 +9,8 @@ import warnings
 
 import pytest
 
-from megalab.records import to_frame
-from megalab.store import Store, load
+from megalab.records.schema import to_frame
+from megalab.records.store import Store, load
 
 from run_records import CFG
 from run_records import record as _record
@@ -109,7 +109,7 @@ def test_a_read_parses_each_state_of_the_file_once_and_sees_every_change(tmp_pat
     """Reads are cached per file content: a second read of the same bytes parses nothing, while an append, a torn
     line or a rewrite to other bytes of the same size is read afresh; a record handed out is a copy, so a
     caller's new key does not reach the next read."""
-    import megalab.store as store_module
+    import megalab.records.store as store_module
     store = Store(tmp_path)
     store.append({"n": 0})
     first = store.load()
@@ -222,7 +222,7 @@ def _lines(path, *records):
     ({**_record(), "summary": {**_record()["summary"], "step_time_s": None}}, r"an ok run needs"),
 ])
 def test_import_refuses_the_whole_file_with_file_line_reasons(tmp_path, bad, reason):
-    from megalab.store import ImportRefused
+    from megalab.records.store import ImportRefused
     src = _lines(tmp_path / "in.jsonl", _record(), bad, _record(status="oom"))
     mine = Store(tmp_path / "mine")
     with pytest.raises(ImportRefused, match=reason) as err:
@@ -232,7 +232,7 @@ def test_import_refuses_the_whole_file_with_file_line_reasons(tmp_path, bad, rea
 
 
 def test_import_of_a_missing_or_empty_file_is_refused(tmp_path):
-    from megalab.store import ImportRefused
+    from megalab.records.store import ImportRefused
     with pytest.raises(ImportRefused, match="no such file"):
         Store(tmp_path).import_records(tmp_path / "nope.jsonl")
     with pytest.raises(ImportRefused, match="holds no records"):
@@ -242,7 +242,7 @@ def test_import_of_a_missing_or_empty_file_is_refused(tmp_path):
 def test_every_committed_record_passes_the_import_check():
     from pathlib import Path
 
-    from megalab.records import record_problems
+    from megalab.records.schema import record_problems
     root = Path(__file__).resolve().parents[1] / "results"
     for name in ("runs.jsonl", "bench.jsonl"):
         for n, line in enumerate((root / name).read_text().splitlines(), 1):
@@ -311,7 +311,7 @@ def test_errata_retract_records_without_touching_them(tmp_path):
 
 
 def test_provenance_groups_records_by_environment_and_commit():
-    from megalab.records import provenance
+    from megalab.records.schema import provenance
     env = {"gpu_name": "NVIDIA H200", "gpu_count": 4, "driver": "580", "torch": "2.11.0"}
     recs = [{"env": env, "git_commit": "a" * 40, "recorded_at": "2026-11-21T19:00:00Z"},
             {"env": {**env, "gpu_count": 1}, "git_commit": "a" * 40, "recorded_at": "2026-11-21T19:05:00Z"},
@@ -326,8 +326,8 @@ def test_a_profiled_run_keeps_its_kernel_timeline(tmp_path):
     """make_record embeds the run folder's profile.json (written by the trainer's profiler)."""
     import json
     from megalab import metrics
-    from megalab.launch import RunOutcome
-    from megalab.records import make_record
+    from megalab.runs.launch import RunOutcome
+    from megalab.records.schema import make_record
     from run_records import CFG
     (tmp_path / "profile.json").write_text(json.dumps({"steps": [5, 6, 7], "kernel_s_per_step": {"nccl": 0.1},
                                                        "timeline": {"step": 7, "kernels": []}}))
@@ -338,7 +338,7 @@ def test_a_profiled_run_keeps_its_kernel_timeline(tmp_path):
 
 
 def test_provenance_keeps_the_dirty_mark():
-    from megalab.records import _short_commit
+    from megalab.records.schema import _short_commit
     assert _short_commit("44f6e65+dirty") == "44f6e65+dirty"
     assert _short_commit("aefba359cb84d00d1e2f") == "aefba359cb84" and _short_commit(None) == ""
 

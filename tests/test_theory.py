@@ -7,8 +7,9 @@ import socket
 
 import pytest
 
-from megalab import presets, theory
-from megalab.config import RunConfig
+from megalab import theory
+from megalab.runs import presets
+from megalab.runs.config import RunConfig
 
 # Shoeybi et al. 2019, Table 1 (vocab 51200, seq 1024): (heads, hidden, layers, published params)
 SHOEYBI = {"1.2B": (16, 1536, 40, 1.2e9), "2.5B": (20, 1920, 54, 2.5e9),
@@ -344,7 +345,7 @@ def test_comm_by_axis_adds_up_to_the_step_estimates_exposed_communication():
 
 def test_layout_words_names_the_axes_above_one():
     """The prose name of a layout: TP (+ SP), PP, VPP, CP, EP in that order, only those above 1; else DP or `alone`."""
-    from megalab import presets
+    from megalab.runs import presets
     c = presets.get("gpt-350m")
     assert theory.layout_words(c.replace(gpus=4, tp=2, sp=True, pp=2, vpp=3)) == "TP 2 + SP × PP 2 × VPP 3"
     assert theory.layout_words(c.replace(gpus=4, cp=2, ep=2, experts=4)) == "CP 2 × EP 2"

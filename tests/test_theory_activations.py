@@ -3,7 +3,7 @@
 import pytest
 
 from megalab import theory
-from megalab.config import RunConfig
+from megalab.runs.config import RunConfig
 
 # the paper's setting: dropout on (its 1-byte masks are in Table 2's counts)
 GPT3 = RunConfig(name="gpt-175b", layers=96, hidden=12288, heads=96, vocab=51200, seq=2048, impl="local", dropout=0.1)

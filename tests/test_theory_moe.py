@@ -2,8 +2,10 @@
 MoE layers do; and chapter 06's runs: the store answers `runs`, `pending` scales with the GPU count."""
 import pytest
 
-from megalab import chapters, presets, specs, theory
-from megalab.config import RunConfig
+from megalab import theory
+from megalab.book import chapters, specs
+from megalab.runs import presets
+from megalab.runs.config import RunConfig
 from megalab.theory import moe
 
 OLMOE = presets.get("olmoe-like").replace(mbs=1, gbs=4)   # h 1024, 16 layers, seq 4096, 64 experts top-8, ffn 1024
@@ -97,7 +99,7 @@ def test_largest_experts_brackets_the_one_gpu_records():
 @pytest.mark.parametrize("gpus", [1, 2, 4, 8])
 def test_chapter_runs_are_recorded_and_pending_scales(gpus):
     """runs(): only what the store answers; pending(): valid layouts up to `gpus`, none above."""
-    from megalab import recording
+    from megalab.book import recording
     for item in specs.items(chapters.expert_parallel(gpus)):
         assert recording.is_recorded(item)
     queued = list(specs.items(chapters.pending("ch06", gpus)))
@@ -107,5 +109,5 @@ def test_chapter_runs_are_recorded_and_pending_scales(gpus):
         cfg.validate()
         assert cfg.gpus <= gpus
     if gpus > 2:   # the layouts the notebook predicts at `gpus` (at 4, EP 4 itself is recorded, not queued)
-        from megalab.chapters.ch06_expert_parallel import pending
+        from megalab.book.chapters.ch06_expert_parallel import pending
         assert pending(gpus, recorded=True)["ep"][-1].ep == gpus

@@ -1,7 +1,8 @@
 """theory.pipeline: the bubble of 1F1B and interleaved 1F1B, and the schedule that has it."""
 import pytest
 
-from megalab import presets, theory
+from megalab import theory
+from megalab.runs import presets
 from megalab.theory import pipeline
 
 

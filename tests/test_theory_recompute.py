@@ -1,8 +1,9 @@
 """theory.recompute: FLOPs by kind of kernel (GEMM, core attention), against Narayanan et al. 2021 eq. (3)."""
 import pytest
 
-from megalab import presets, theory
-from megalab.config import RunConfig
+from megalab import theory
+from megalab.runs import presets
+from megalab.runs.config import RunConfig
 from megalab.theory.recompute import KINDS, flops_by_kind, flops_ratio_by_kind
 
 GPT3 = RunConfig(name="gpt-175b", layers=96, hidden=12288, heads=96, vocab=51200, seq=2048, mbs=1, gbs=1536)

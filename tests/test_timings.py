@@ -1,6 +1,6 @@
 """timings: which records time a step cleanly, by configuration and by the trainer that made them."""
-from megalab import timings
-from megalab.store import Store
+from megalab.records import timings
+from megalab.records.store import Store
 
 from run_records import CFG
 from run_records import record as _record
@@ -9,7 +9,7 @@ from run_records import record as _record
 def test_repeats_group_by_configuration_and_trainer(tmp_path):
     """Runs of one configuration by two trainers (records.TRAINER_CHANGES between them) are not repeats;
     `timed` still answers the newest, whichever trainer made it."""
-    from megalab.records import TRAINER_CHANGES, trainer_revision
+    from megalab.records.schema import TRAINER_CHANGES, trainer_revision
     assert all(when.endswith("Z") and len(when) == 20 for when, *_ in TRAINER_CHANGES)  # as records write it
     store = Store(tmp_path)
     before = [store.append(_record(at=f"2025-0{m}-01T00:00:00Z")) for m in (1, 2)]

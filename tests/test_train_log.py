@@ -1,7 +1,8 @@
 """megalab.train_log without a process group: the lines the trainer writes."""
 import json
 
-from megalab import metrics, presets
+from megalab import metrics
+from megalab.runs import presets
 from megalab.train_log import step_line
 
 
@@ -65,7 +66,7 @@ def test_stage_clock_times_forward_and_backward_of_each_microbatch(monkeypatch):
 
 def test_tasks_from_marks_and_schedule_in_the_record(tmp_path):
     from megalab import train_log
-    from megalab.records import _profile
+    from megalab.records.schema import _profile
     marks = [(0, 0, "F", "start", 0.0), (0, 0, "F", "end", 1.0), (0, 0, "B", "end", 3.0), (1, 0, "F", "start", 1.5),
              (1, 0, "F", "end", 2.0)]
     assert train_log.tasks_from_marks(marks) == [   # a backward whose start was never seen is left out
@@ -83,7 +84,7 @@ def test_every_ranks_kernel_time_joins_the_record(tmp_path):
     """Rank 0 writes profile.json (with the timeline), the others profile_rank<r>.json (kernel seconds only):
     the record keeps them all under profile.ranks, by rank."""
     import json
-    from megalab.records import _profile
+    from megalab.records.schema import _profile
     (tmp_path / "profile.json").write_text(json.dumps({"steps": [5], "kernel_s_per_step": {"nccl": 1.0}, "timeline": []}))
     (tmp_path / "profile_rank1.json").write_text(json.dumps({"steps": [5], "kernel_s_per_step": {"nccl": 2.0}}))
     (tmp_path / "profile_rank2.json").write_text("{not json")   # a torn file costs that rank, not the record

@@ -2,8 +2,10 @@
 
 import pytest
 
-from megalab import calibration, presets, search, widgets
-from megalab.results import Store
+from megalab.predict import calibration, search
+from megalab.runs import presets
+from megalab.book import widgets
+from megalab.runs.running import Store
 
 # recorded on the reference machine (1 H200, mbs 8): the search must find that record
 GPT12_1GPU = presets.get("gpt-1.2b").replace(gpus=1, gbs=8, seq=1024)

@@ -31,7 +31,7 @@ def test_wire_schedule_sets_megatron_hooks_and_restores_param_sync_after_step_0(
 def test_cuda_graphs_map_onto_megatron_and_need_no_capture_step_by_default():
     """cuda_graphs reaches TransformerConfig as Megatron-LM's --cuda-graph-impl does (with TE's graph-safe RNG);
     at 'none' (every record so far) nothing changes and graph_capture does nothing before a step."""
-    from megalab import presets
+    from megalab.runs import presets
     from megalab.wiring import graph_capture, megatron_configs
     c = presets.get("gpt-350m").replace(impl="local")
     _, none, _, _ = megatron_configs(c, dry_run=True)
@@ -45,7 +45,7 @@ def test_the_graphs_are_released_after_the_loop_as_megatron_lm_does(monkeypatch)
     """Session 18: both captures trained all 20 steps and hung at exit. The trainer now deletes the graphs
     after its loop (Megatron-LM's train() does for TE's; Megatron's delete_cuda_graphs for the local ones)."""
     from megatron.core.transformer import cuda_graphs
-    from megalab import presets
+    from megalab.runs import presets
     from megalab.wiring import graph_capture, megatron_configs
     c = presets.get("gpt-350m").replace(impl="local")
     _, none, _, _ = megatron_configs(c, dry_run=True)
@@ -66,7 +66,7 @@ def test_local_capture_forks_the_tp_rng_under_sequence_parallelism(monkeypatch):
     import contextlib
     from megatron.core.pipeline_parallel import schedules
     from megatron.core.tensor_parallel import random
-    from megalab import presets
+    from megalab.runs import presets
     from megalab.wiring import fork_rng_for_local_capture
     calls = []
     monkeypatch.setattr(schedules, "create_cudagraphs", lambda: calls.append("capture") or "graphs")
@@ -91,7 +91,7 @@ def test_local_capture_forks_the_tp_rng_under_sequence_parallelism(monkeypatch):
 def test_ddp_is_built_once_and_in_place_without_cuda():
     """on_capture_stream builds DDP on torch.cuda.graph's capture stream when graphs are on and CUDA is there;
     on this CPU machine (and at cuda_graphs none) it just builds."""
-    from megalab import presets
+    from megalab.runs import presets
     from megalab.wiring import on_capture_stream
     built = []
     for graphs in ("none", "te"):
@@ -103,7 +103,7 @@ def test_grouped_gemm_with_every_group_empty_skips_the_kernel_and_zeroes_like_te
     """TE 2.11's CUTLASS grouped GEMM crashes when no group has work (TE pull request 3037): the guard
     answers such calls itself, as TE's loop over empty groups would, and passes every other call through."""
     import torch
-    from megalab import presets
+    from megalab.runs import presets
     from megalab.wiring import guard_empty_grouped_gemm
 
     calls = []
@@ -137,7 +137,7 @@ def test_fused_unpermute_of_no_token_gives_the_zeros_the_unfused_path_gives(monk
     on a rank whose experts got none): the guard answers with restore_shape's zeros, tied to the graph."""
     import torch
     from megatron.core.transformer.moe import token_dispatcher
-    from megalab import presets
+    from megalab.runs import presets
     from megalab.wiring import guard_empty_permutation
 
     monkeypatch.setattr(token_dispatcher, "unpermute", token_dispatcher.unpermute)   # restored after the test
@@ -162,7 +162,7 @@ def test_fused_permute_to_no_token_takes_the_unfused_path(monkeypatch):
     backward is an ordinary index_select's. A count on the GPU is not read (no sync per dispatch)."""
     import torch
     from megatron.core.transformer.moe import token_dispatcher
-    from megalab import presets
+    from megalab.runs import presets
     from megalab.wiring import guard_empty_permutation
 
     seen = []

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # MathJax 3 for the HTML book, so formulas render offline: the tex-chtml bundle, its CHTML fonts and the
 # TeX extensions it may load, unpacked from the npm package into .mathjax/ (git-ignored, ~3 MB). The
-# megalab.reproduce Sphinx extension copies .mathjax/ to _build/html/_static/mathjax/. Idempotent.
+# megalab.book.reproduce Sphinx extension copies .mathjax/ to _build/html/_static/mathjax/. Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VERSION=${MATHJAX_VERSION:-3.2.2}

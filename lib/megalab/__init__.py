@@ -11,20 +11,31 @@ Importing megalab has no side effects: submodules load on first use (no torch, n
 from importlib import import_module
 
 __version__ = "0.1.0"
-__all__ = ["RunConfig", "InvalidLayout", "NotRecorded", "NotEnoughGPUs", "run", "presets", "theory",
-           "results", "charts", "bench", "config", "chapters"]
+__all__ = ["RunConfig", "InvalidLayout", "NotRecorded", "NotEnoughGPUs", "run",
+           "axes", "bench", "calibration", "chapters", "charts", "config", "data", "env", "flags", "hardware",
+           "launch", "metrics", "peer", "presets", "profiles", "records", "recording", "reproduce", "results",
+           "routing", "search", "shapes", "specs", "step_model", "store", "sweep", "theory", "timings",
+           "widgets", "wiring"]
 
-_LAZY = {"RunConfig": ("config", "RunConfig"), "InvalidLayout": ("config", "InvalidLayout"),
-         "NotRecorded": ("results", "NotRecorded"), "NotEnoughGPUs": ("launch", "NotEnoughGPUs"),
-         "run": ("results", "run")}
+_LAZY = {"RunConfig": ("runs.config", "RunConfig"), "InvalidLayout": ("runs.config", "InvalidLayout"),
+         "NotRecorded": ("runs.running", "NotRecorded"), "NotEnoughGPUs": ("runs.launch", "NotEnoughGPUs"),
+         "run": ("runs.running", "run")}
+# The short names notebooks import (`from megalab import results, store`) and where each module lives now.
+_MODULES = {"presets": "runs.presets", "config": "runs.config", "flags": "runs.flags", "shapes": "runs.shapes",
+            "launch": "runs.launch", "peer": "runs.peer", "results": "runs.running", "sweep": "runs.sweep",
+            "axes": "runs.axes", "store": "records.store", "records": "records", "timings": "records.timings",
+            "profiles": "records.profiles", "routing": "records.routing", "step_model": "predict.step_model",
+            "calibration": "predict.calibration", "search": "predict.search", "specs": "book.specs",
+            "recording": "book.recording", "reproduce": "book.reproduce", "widgets": "book.widgets",
+            "chapters": "book.chapters", "bench": "machine.bench", "env": "machine.env",
+            "hardware": "machine.hardware", "theory": "theory", "charts": "charts", "metrics": "metrics",
+            "data": "data", "wiring": "wiring"}
 
 
 def __getattr__(name):
     if name in _LAZY:
         module, attr = _LAZY[name]
         return getattr(import_module(f"megalab.{module}"), attr)
-    if name in {"presets", "theory", "results", "charts", "bench", "config", "widgets", "launch",
-                "metrics", "sweep", "env", "hardware", "store", "records", "chapters", "specs", "recording", "flags", "shapes",
-                "search", "calibration", "step_model"}:
-        return import_module(f"megalab.{name}")
+    if name in _MODULES:
+        return import_module(f"megalab.{_MODULES[name]}")
     raise AttributeError(f"module 'megalab' has no attribute {name!r}")

@@ -35,8 +35,8 @@ MODES = ("live", "cached", "auto")
 
 # -- parser ----------------------------------------------------------------------------------------
 def _gpu_model(text: str) -> str:
-    """A GPU model megalab.hardware knows ("H200", "NVIDIA H100 80GB HBM3"), as its table key."""
-    from megalab.hardware import UnknownGPU, gpu_spec
+    """A GPU model megalab.machine.hardware knows ("H200", "NVIDIA H100 80GB HBM3"), as its table key."""
+    from megalab.machine.hardware import UnknownGPU, gpu_spec
     try:
         return gpu_spec(text).name
     except UnknownGPU as exc:
@@ -49,8 +49,8 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from megalab.flags import add_config_args
-    from megalab.launch import DEFAULT_TIMEOUT_S
+    from megalab.runs.flags import add_config_args
+    from megalab.runs.launch import DEFAULT_TIMEOUT_S
     from megalab.metrics import STATUSES
 
     p = usage.Parser(prog="megalab", description="Train LLMs across GPUs with Megatron Core: "
@@ -166,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tokenizer", default="byte", help="'byte' or a path to a Hugging Face tokenizer")
 
     s = cmd("reproduce", records.cmd_reproduce, "execute the book's notebooks (papermill) into _build/executed/")
-    from megalab.reproduce import page_names
+    from megalab.book.reproduce import page_names
     s.add_argument("chapters", nargs="*", metavar="PAGE",
                    help=f"pages to run (default: all): {', '.join(page_names()) or 'see megalab chapters'}; "
                         "a chapter also as ch01, 01, 1 or data_parallel")
@@ -174,24 +174,24 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--gpus", type=usage.positive_int, help="GPUs available for live runs (default: all visible)")
     s.add_argument("--force", action="store_true", help="run again even when the executed copy is up to date")
 
-    s = cmd("bench", records.cmd_bench, "microbenchmarks (matmul, HBM, NCCL); arguments go to megalab.bench")
-    s.add_argument("args", nargs=argparse.REMAINDER, help="arguments of megalab.bench (megalab bench --help)")
+    s = cmd("bench", records.cmd_bench, "microbenchmarks (matmul, HBM, NCCL); arguments go to megalab.machine.bench")
+    s.add_argument("args", nargs=argparse.REMAINDER, help="arguments of megalab.machine.bench (megalab bench --help)")
     return p
 
 
 def _errors():
     """Errors a reader can cause, and the exit status each ends with (the message says what to change)."""
-    from megalab.chapters import UnknownChapter
-    from megalab.config import InvalidLayout
+    from megalab.book.chapters import UnknownChapter
+    from megalab.runs.config import InvalidLayout
     from megalab.data import BadCorpus
-    from megalab.hardware import UnknownGPU
-    from megalab.launch import InvalidSlurmOption, NotEnoughGPUs
-    from megalab.peer import PeerNotFound
-    from megalab.reproduce import UnknownNotebook
-    from megalab.results import NotRecorded
-    from megalab.shapes import UnknownPreset
-    from megalab.store import ImportRefused
-    from megalab.sweep import EmptyRange, ProbeFailed
+    from megalab.machine.hardware import UnknownGPU
+    from megalab.runs.launch import InvalidSlurmOption, NotEnoughGPUs
+    from megalab.runs.peer import PeerNotFound
+    from megalab.book.reproduce import UnknownNotebook
+    from megalab.runs.running import NotRecorded
+    from megalab.runs.shapes import UnknownPreset
+    from megalab.records.store import ImportRefused
+    from megalab.runs.sweep import EmptyRange, ProbeFailed
     return ((InvalidLayout, EXIT_INVALID), (NotRecorded, EXIT_NOT_RECORDED), (ProbeFailed, EXIT_RUN_FAILED),
             ((NotEnoughGPUs, BadArgument, UnknownChapter, UnknownNotebook, UnknownGPU, UnknownPreset,
               ImportRefused, InvalidSlurmOption, EmptyRange, BadCorpus, PeerNotFound), EXIT_INVALID))
@@ -208,7 +208,7 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `megalab` console script; returns the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["bench"]:  # its flags belong to megalab.bench (argparse REMAINDER drops leading flags)
+    if argv[:1] == ["bench"]:  # its flags belong to megalab.machine.bench (argparse REMAINDER drops leading flags)
         return _guarded("bench", records.cmd_bench, argparse.Namespace(args=argv[1:]))
     try:
         ns = _parse(build_parser(), argv)

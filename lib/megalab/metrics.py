@@ -20,7 +20,7 @@ summary  same rank, once, at the end:
      "startup_marks_s": {"python": .., "imports": .., "process_groups": .., "model": .., "training_state": ..,
                          "loop": .., "first_step": ..} (seconds since launch when each phase ended),
      "mem_allocated_peak_gib_per_rank": [..], "mem_reserved_peak_gib_per_rank": [..],
-     "env": {megalab.env.fingerprint()}}
+     "env": {megalab.machine.env.fingerprint()}}
 error    any rank, when it stops on a known failure (the trainer then exits non-zero):
     {"kind": "error", "status": "invalid" | "oom", "rank": int, "message": str}
 params   every rank, --dry-run only (CPU, gloo: shards are built, nothing is trained):

@@ -46,8 +46,8 @@ import time
 from functools import partial
 
 from megalab import data, theory
-from megalab.config import InvalidLayout
-from megalab.flags import add_config_args, config_from_args
+from megalab.runs.config import InvalidLayout
+from megalab.runs.flags import add_config_args, config_from_args
 from megalab.train_log import (CHUNKS, CLOCK, GIB, SCHEDULE_STEP, RouterCounts, all_gather, budget, clock_chunks, emit,
                                is_oom, max_over_ranks, peak_tflops, profiler, reduced_loss, step_line, where,
                                write_schedule)
@@ -349,7 +349,7 @@ def train(cfg, args, rank: int) -> None:
     alloc = all_gather(torch.cuda.max_memory_allocated() / GIB, device)
     reserved = all_gather(torch.cuda.max_memory_reserved() / GIB, device)
     if rank == 0:
-        from megalab import env
+        from megalab.machine import env
         emit({"kind": "summary", "steps": cfg.iters, "startup_s": startup_s, "startup_marks_s": startup,
               "mem_allocated_peak_gib_per_rank": alloc, "mem_reserved_peak_gib_per_rank": reserved,
               "env": env.fingerprint()})

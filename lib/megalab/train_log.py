@@ -82,7 +82,7 @@ def max_over_ranks(device, loss: float | None, act_bytes: int | None = None) -> 
 def peak_tflops() -> float | None:
     """Dense bf16 peak of this GPU (megalab.hardware), None if the table does not know it."""
     import torch
-    from megalab import hardware
+    from megalab.machine import hardware
     try:
         return hardware.gpu_spec(torch.cuda.get_device_name()).peak_bf16_tflops
     except hardware.UnknownGPU:

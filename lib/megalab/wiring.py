@@ -14,7 +14,7 @@ it sets the environment variables that CUDA and torch._dynamo read when they loa
 import importlib.util
 
 from megalab import theory
-from megalab.config import hierarchical_cp
+from megalab.runs.config import hierarchical_cp
 from megalab.weights import init_layout_invariant
 
 MOE_AUX_LOSS_COEFF = 1e-2

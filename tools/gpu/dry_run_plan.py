@@ -21,8 +21,8 @@ import sys
 from pathlib import Path
 
 from megalab import theory
-from megalab.config import InvalidLayout
-from megalab.flags import add_config_args, config_from_args, config_to_args
+from megalab.runs.config import InvalidLayout
+from megalab.runs.flags import add_config_args, config_from_args, config_to_args
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))   # pack.py, beside this file
 from pack import _jobs as pack_jobs  # noqa: E402

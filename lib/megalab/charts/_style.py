@@ -4,7 +4,7 @@ Rendering: Jupyter Book 1 (myst-nb) cannot render plotly's own mime type, and th
 offline. `setup_notebook()` therefore registers a renderer that emits *both* plotly's mime type
 (JupyterLab draws it) and a `text/html` div whose script calls `Plotly.newPlot` without bundling
 plotly.js. The book loads plotly.js once per page, from the copy inside the installed plotly
-package (see `megalab.reproduce.setup`, a Sphinx extension listed in `_config.yml`).
+package (see `megalab.book.reproduce.setup`, a Sphinx extension listed in `_config.yml`).
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Where a one-GPU step's time goes when the host, not the GPU, sets the pace: wall time against GPU-busy
-time and kernels per step (megalab.profiles), and step time and MFU against the micro-batch size."""
+time and kernels per step (megalab.records.profiles), and step time and MFU against the micro-batch size."""
 from __future__ import annotations
 
 import plotly.graph_objects as go

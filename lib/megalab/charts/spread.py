@@ -22,7 +22,7 @@ def step_time_spread(records: list[dict], title: str = "Step time, every recorde
     """One box per recorded run (records of store.find): its per-step times after the warm-up steps
     (metrics.WARMUP_STEPS), so run-to-run and step-to-step noise is visible beside the medians.
     Runs that shared their host with other jobs (tag `packed`) are drawn in a second colour."""
-    from megalab.config import RunConfig
+    from megalab.runs.config import RunConfig
     from megalab.metrics import WARMUP_STEPS
     fig = _figure(title, xaxis_title="", yaxis_title="seconds per step", showlegend=True)
     shown = set()

@@ -9,7 +9,7 @@ What every command shares is in `_answer`: the exit statuses, `BadArgument`, the
 describe, and the two ways to print an answer (an aligned table, JSON). The statuses and `BadArgument`
 are re-exported here.
 """
-from megalab.commands._answer import (EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_NOT_RECORDED,
+from megalab.commands.shared import (EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_NOT_RECORDED,
                                       EXIT_OK, EXIT_RUN_FAILED, BadArgument)
 
 __all__ = ["EXIT_OK", "EXIT_RUN_FAILED", "EXIT_INVALID", "EXIT_NOT_RECORDED", "EXIT_INTERRUPTED",

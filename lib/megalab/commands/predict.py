@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from megalab.commands._answer import EXIT_OK, BadArgument, _config, _json, _table
+from megalab.commands.shared import EXIT_OK, BadArgument, validated_config, to_json, table
 
 
 def cmd_plan(ns) -> int:
@@ -11,28 +11,29 @@ def cmd_plan(ns) -> int:
         return _search(ns)
     if ns.top is not None:
         raise BadArgument(f"--top {ns.top} ranks the layouts of --search: add --search, or drop --top")
-    cfg = _config(ns)
+    cfg = validated_config(ns)
     plan = theory.plan(cfg, ns.gpu)
-    print(_json(plan) if ns.json else f"{cfg.label}  (on {ns.gpu})\n{_table(plan)}")
+    print(to_json(plan) if ns.json else f"{cfg.label}  (on {ns.gpu})\n{table(plan)}")
     return EXIT_OK
 
 
 def _search(ns) -> int:
     """plan --search: the model's layouts on --gpus, fastest first; a layout flag given pins its axis."""
-    from megalab import calibration, search
-    from megalab.flags import config_from_args
+    from megalab.predict import calibration, search
+    from megalab.runs.flags import config_from_args
     cfg = config_from_args(ns)  # its layout is not validated: the search tries every layout
-    pinned = {axis: getattr(ns, axis) for axis in search.AXES if getattr(ns, axis, None) is not None}
+    pinned = {axis: getattr(ns, axis) for axis in search.VARIES if getattr(ns, axis, None) is not None}
     found = search.search(cfg, cfg.gpus, gpu=ns.gpu, top=ns.top or 10, model=calibration.for_search(ns.gpu), **pinned)
     if ns.json:
-        print(_json({"summary": found.summary(), "candidates": found.frame().to_dict("records")}))
+        print(to_json({"summary": found.summary(), "candidates": found.frame().to_dict("records")}))
     else:
         print(found.table())
     return EXIT_OK
 
 
 def cmd_presets(ns) -> int:
-    from megalab import presets, theory
+    from megalab import theory
+    from megalab.runs import presets
     rows = []
     for name in presets.names():
         cfg = presets.get(name)
@@ -40,7 +41,7 @@ def cmd_presets(ns) -> int:
                      "hidden": cfg.hidden, "heads": cfg.heads, "seq": cfg.seq, "experts": cfg.experts,
                      "source": presets.source(name)})
     if ns.json:
-        print(_json(rows))
+        print(to_json(rows))
         return EXIT_OK
     print(f"{'preset':<14}{'params':>9}{'layers':>7}{'hidden':>7}{'heads':>6}{'seq':>6}{'experts':>8}  source")
     for r in rows:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from megalab.commands._answer import EXIT_OK, BadArgument, _json, _table
+from megalab.commands.shared import EXIT_OK, BadArgument, to_json, table
 
 
 _RESULT_COLUMNS = ["label", "status", "step_time_s", "tflops_per_gpu", "mfu", "mem_reserved_peak_gib",
@@ -15,7 +15,7 @@ _RESULT_COLUMNS = ["label", "status", "step_time_s", "tflops_per_gpu", "mfu", "m
 
 
 def cmd_results(ns) -> int:
-    from megalab import results
+    from megalab.runs import running as results
     if ns.store and not Path(ns.store).is_dir():
         raise BadArgument(f"--store {ns.store}: no such folder: pass a results folder (one holding runs.jsonl)")
     store = results.Store(ns.store)
@@ -27,7 +27,7 @@ def cmd_results(ns) -> int:
     records = store.load(ns.kind, status=ns.status, key=ns.key,
                          label=(lambda s: ns.label in (s or "")) if ns.label else None)
     if ns.json:
-        print(_json(records))
+        print(to_json(records))
         return EXIT_OK
     if not records:
         print(f"no records in {store.path(ns.kind)} match")
@@ -42,14 +42,14 @@ def cmd_results(ns) -> int:
 
 
 def cmd_env(ns) -> int:
-    from megalab.env import fingerprint, git_commit
+    from megalab.machine.env import fingerprint, git_commit
     info = {**fingerprint(), "git_commit": git_commit()}
-    print(_json(info) if ns.json else _table(info))
+    print(to_json(info) if ns.json else table(info))
     return EXIT_OK
 
 
 def cmd_experiments(ns) -> int:
-    from megalab.recording import plan
+    from megalab.book.recording import plan
     for line in plan(ns.chapter, gpus=ns.gpus, gpu=ns.gpu, missing_only=ns.missing, pending=ns.pending,
                      host_gpus=ns.host_gpus):
         print(line)
@@ -57,8 +57,8 @@ def cmd_experiments(ns) -> int:
 
 
 def cmd_chapters(ns) -> int:
-    from megalab import chapters
-    from megalab.reproduce import notebooks
+    from megalab.book import chapters
+    from megalab.book.reproduce import notebooks
     print("chapters (megalab experiments NAME, megalab reproduce NAME; also as 01, 1 or data_parallel):")
     for key, module in chapters.CHAPTERS.items():
         print(f"  {key}  {module.__name__.rsplit('.', 1)[1][2:]}")
@@ -71,12 +71,12 @@ def cmd_chapters(ns) -> int:
 
 
 def cmd_reproduce(ns) -> int:
-    from megalab.reproduce import reproduce
+    from megalab.book.reproduce import reproduce
     return int(reproduce(ns.chapters or None, ns.mode, ns.gpus, ns.force) or 0)
 
 
 def cmd_bench(ns) -> int:
-    from megalab import bench
+    from megalab.machine import bench
     try:
         return int(bench.main(ns.args) or 0)
     except SystemExit as e:  # its own parser: --help (0) or a usage error (2)

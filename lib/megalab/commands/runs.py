@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import sys
 
-from megalab.commands._answer import EXIT_OK, EXIT_RUN_FAILED, BadArgument, _config, _fmt, _json, _table
+from megalab.commands.shared import EXIT_OK, EXIT_RUN_FAILED, BadArgument, validated_config, fmt, to_json, table
 
 
 def cmd_run(ns) -> int:
-    cfg = _config(ns)
+    cfg = validated_config(ns)
     if ns.dry_run:
         return _dry_run(cfg, ns)
-    from megalab.results import run
+    from megalab.runs.running import run
     launch_kw = {}
     _check_nodes(cfg, ns)
     if ns.nnodes > 1:
@@ -23,10 +23,10 @@ def cmd_run(ns) -> int:
 
 
 def cmd_peer(ns) -> int:
-    """The same configuration trained by Megatron-LM's pretrain_gpt.py (megalab.peer), recorded tagged "peer"."""
-    from megalab import peer
-    from megalab.results import run
-    cfg = peer.peer_config(_config(ns)).validate()
+    """The same configuration trained by Megatron-LM's pretrain_gpt.py (megalab.runs.peer), recorded tagged "peer"."""
+    from megalab.runs import peer
+    from megalab.runs.running import run
+    cfg = peer.peer_config(validated_config(ns)).validate()
     if ns.mode != "cached":
         peer.source_dir(ns.megatron_lm)  # no checkout: say how to get one before anything starts
     launch_kw = {"peer_dir": ns.megatron_lm} if ns.megatron_lm else None
@@ -38,13 +38,13 @@ def cmd_peer(ns) -> int:
 def _show(result, ns) -> int:
     """A run's record as a short table (or JSON); the exit status says whether it trained."""
     if ns.json:
-        print(_json({**result.record, "source": result.source}))
+        print(to_json({**result.record, "source": result.source}))
     else:
         shown = {"status": result.status, "source": result.source, "summary": result.summary}
         if result.error:
             shown["error"] = result.error.get("message")
         shown["run_dir"] = result.record.get("run_dir")
-        print(_table(shown))
+        print(table(shown))
     return EXIT_OK if result.ok else EXIT_RUN_FAILED
 
 
@@ -59,11 +59,11 @@ def _check_nodes(cfg, ns) -> None:
 
 def _dry_run(cfg, ns) -> int:
     """The trainer with --dry-run on CPU (gloo): model shards built, parameters counted per rank."""
-    from megalab.launch import launch
+    from megalab.runs.launch import launch
     outcome = launch(cfg, timeout_s=ns.timeout, progress=False, dry_run=True)
     parsed = outcome.parsed
     if ns.json:
-        print(_json({"status": outcome.status, "error": outcome.error, "run_dir": str(outcome.run_dir),
+        print(to_json({"status": outcome.status, "error": outcome.error, "run_dir": str(outcome.run_dir),
                      "budget": parsed.budget, "params": parsed.params}))
     elif outcome.ok:
         print(f"{cfg.label}: dry run on CPU (gloo), {len(parsed.params)} rank(s)")
@@ -74,7 +74,7 @@ def _dry_run(cfg, ns) -> int:
         if parsed.budget:
             b = parsed.budget
             print(f"layout {b.get('layout')}, {b.get('params_total', 0):,} parameters in total, "
-                  f"predicted memory {_fmt(b.get('predicted_mem_gib'))} GiB per GPU")
+                  f"predicted memory {fmt(b.get('predicted_mem_gib'))} GiB per GPU")
         print(f"log: {outcome.run_dir / 'log.txt'}")
     else:
         print(f"dry run {outcome.status}: {(outcome.error or {}).get('message')}", file=sys.stderr)
@@ -84,10 +84,10 @@ def _dry_run(cfg, ns) -> int:
 
 
 def cmd_fit(ns) -> int:
-    from megalab.sweep import fit
+    from megalab.runs.sweep import fit
     if ns.lo > ns.hi:
         raise BadArgument(f"--lo {ns.lo} is above --hi {ns.hi}: pass lo <= hi")
-    out = fit(_config(ns), vary=ns.vary, lo=ns.lo, hi=ns.hi, mode=ns.mode, step=ns.step, timeout_s=ns.timeout,
+    out = fit(validated_config(ns), vary=ns.vary, lo=ns.lo, hi=ns.hi, mode=ns.mode, step=ns.step, timeout_s=ns.timeout,
               tags=ns.tag)
     print(out.table.to_string(index=False))
     print(f"largest {ns.vary} that fits: {out.largest}")
@@ -95,16 +95,16 @@ def cmd_fit(ns) -> int:
 
 
 def cmd_parity(ns) -> int:
-    from megalab.sweep import parity
-    out = parity(_config(ns), mode=ns.mode, repeats=ns.repeats, timeout_s=ns.timeout, tags=ns.tag)
+    from megalab.runs.sweep import parity
+    out = parity(validated_config(ns), mode=ns.mode, repeats=ns.repeats, timeout_s=ns.timeout, tags=ns.tag)
     print(out.series.to_string(index=False))
     print(repr(out))
     return EXIT_OK if out.passes else EXIT_RUN_FAILED
 
 
 def cmd_slurm(ns) -> int:
-    from megalab.launch import slurm_script
-    print(slurm_script(_config(ns), ns.nodes, ns.gpus_per_node, partition=ns.partition, time=ns.time,
+    from megalab.runs.launch import slurm_script
+    print(slurm_script(validated_config(ns), ns.nodes, ns.gpus_per_node, partition=ns.partition, time=ns.time,
                        account=ns.account), end="")
     return EXIT_OK
 
@@ -113,5 +113,5 @@ def cmd_prepare_data(ns) -> int:
     from megalab.data import prepare_data
     out = prepare_data(ns.input, ns.output_prefix, tokenizer=ns.tokenizer)
     if out is not None:
-        print(_json(out))
+        print(to_json(out))
     return EXIT_OK

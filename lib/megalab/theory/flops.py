@@ -7,7 +7,7 @@ H200), even for FP8 runs, and never counts recomputed FLOPs.
 
 from __future__ import annotations
 
-from megalab.hardware import GpuSpec, gpu_spec
+from megalab.machine.hardware import GpuSpec, gpu_spec
 from megalab.theory.parameters import glu
 
 __all__ = ["flops_per_step", "model_flops", "hardware_flops", "tflops_per_gpu", "mfu"]

@@ -1,0 +1,8 @@
+"""The book's side of the lib: what each chapter asks the GPUs for, and how its notebook executes.
+
+    chapters/     one module per chapter: every run it reads, by name
+    specs         the kinds of request a chapter makes: a run, a fit search, a parity pair, a profiled run
+    recording     the GPU host's recording plan, printed from the chapters (what results/ still lacks)
+    reproduce     execute the notebooks, from the records or live
+    widgets       the interactive planner
+"""

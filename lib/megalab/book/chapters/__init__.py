@@ -1,0 +1,69 @@
+"""Each chapter's runs, defined once: one module per chapter, `runs(gpus, ...)` returning them by name.
+
+A notebook asks for its runs here (`chapters.runs("ch01", gpus)`), and the GPU host's plan is printed
+from the same definitions (`megalab experiments ch01 --missing`, megalab.book.recording). A chapter is
+named "ch01", "01", "1" or "01_data_parallel" alike.
+
+A new chapter: a module `chNN_<topic>.py` with `runs(gpus=4, iters=ITERS, ...) -> dict` (optionally
+`pending(gpus)` for runs queued for its next version), a line in CHAPTERS, a notebook in
+`book/NN_<topic>/` and a line in `_toc.yml`.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from megalab.book.chapters import (ch01_data_parallel, ch02_tensor_parallel, ch03_sequence_parallel,
+                              ch04_context_parallel, ch05_pipeline_parallel, ch06_expert_parallel,
+                              ch07_choosing_a_layout)
+
+__all__ = ["CHAPTERS", "UnknownChapter", "resolve", "runs", "pending", "data_parallel", "tensor_parallel",
+           "sequence_parallel", "context_parallel", "pipeline_parallel", "expert_parallel", "choosing_a_layout"]
+
+CHAPTERS: dict[str, ModuleType] = {"ch01": ch01_data_parallel, "ch02": ch02_tensor_parallel,
+                                   "ch03": ch03_sequence_parallel, "ch04": ch04_context_parallel,
+                                   "ch05": ch05_pipeline_parallel,
+                                   "ch06": ch06_expert_parallel, "ch07": ch07_choosing_a_layout}
+
+data_parallel = ch01_data_parallel.runs
+tensor_parallel = ch02_tensor_parallel.runs
+sequence_parallel = ch03_sequence_parallel.runs
+context_parallel = ch04_context_parallel.runs
+pipeline_parallel = ch05_pipeline_parallel.runs
+expert_parallel = ch06_expert_parallel.runs
+choosing_a_layout = ch07_choosing_a_layout.runs
+
+
+class UnknownChapter(KeyError):
+    """No chapter has this name; the message lists the valid ones."""
+
+    def __str__(self) -> str:  # KeyError would print the message in quotes
+        return str(self.args[0])
+
+
+def _folder(module: ModuleType) -> str:
+    """'01_data_parallel' for megalab.book.chapters.ch01_data_parallel."""
+    return module.__name__.rsplit(".", 1)[1][2:]
+
+
+def resolve(name: str) -> str:
+    """The registry key ('ch01') for 'ch01', '01', '1', '01_data_parallel' or 'data_parallel'."""
+    text = str(name).strip().rstrip("/").rsplit("/", 1)[-1]
+    for key, module in CHAPTERS.items():
+        folder = _folder(module)
+        if text in (key, key[2:], str(int(key[2:])), folder, folder[3:]):
+            return key
+    valid = ", ".join(f"{k} ({_folder(m)})" for k, m in CHAPTERS.items())
+    raise UnknownChapter(f"unknown chapter {name!r}: pick one of {valid}")
+
+
+def runs(name: str, gpus: int = 4, **kw) -> dict:
+    """A chapter's runs by name, scaled to `gpus`."""
+    return CHAPTERS[resolve(name)].runs(gpus, **kw)
+
+
+def pending(name: str, gpus: int = 4) -> dict:
+    """Runs queued for a chapter's next version (recorded by `megalab experiments chNN --pending`, then
+    moved into its `runs` once their records are committed); {} when nothing is queued."""
+    module = CHAPTERS[resolve(name)]
+    return module.pending(gpus) if hasattr(module, "pending") else {}

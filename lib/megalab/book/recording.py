@@ -1,0 +1,112 @@
+"""The GPU host's recording plan, printed from the chapters' run definitions.
+
+`megalab experiments ch01 --missing` lists what results/ does not answer yet, as tools/gpu/pack.py
+lines (`<tag> <megalab args>`), in an order that keeps the host busy and times baselines alone.
+"""
+
+from __future__ import annotations
+
+from megalab.book import chapters
+from megalab.runs.config import RunConfig
+from megalab.book.specs import Fit, Parity, Profiled, items, line_for
+
+__all__ = ["is_recorded", "plan"]
+
+
+def _gpu_of(item) -> str | None:
+    return getattr(item, "gpu", None)
+
+
+def is_recorded(item, store=None) -> bool:
+    """Does the store answer this item in cached mode with settled outcomes (ok, oom, invalid), every run
+    of a fit or parity included? A timeout or crash on record is worth recording again, unless the run trained
+    every step and only its exit was cut (records.trained)."""
+    from megalab.runs.running import SETTLED, NotRecorded, run
+    from megalab.runs.sweep import ProbeFailed
+    try:
+        if isinstance(item, RunConfig):
+            found = run(item, mode="cached", store=store, quiet=True)
+            return found.status in SETTLED or found.trained
+        result = item.run(mode="cached", store=store, quiet=True)
+    except (NotRecorded, ProbeFailed):
+        return False
+    if isinstance(item, Parity):
+        return all(r.status in SETTLED for r in [*result.reference, result.layout])
+    if isinstance(item, Profiled):
+        return result.status in SETTLED
+    return True
+
+
+SOLO_SERIES = ("weak", "weak_large", "weak_mbs16", "strong", "one_stage")  # their 1-GPU points are scaling baselines: timed alone
+
+
+def _jobs(chapter: str, gpus: int, gpu: str, missing_only: bool, store, pending: bool = False,
+          host_gpus: int | None = None) -> list[tuple]:
+    """(order, line) pairs for pack.py: timing baselines alone first, then the widest jobs, fits early
+    (they are chains of probes), reference runs, a `wait`, the parity layouts, and last the fits that
+    take the whole host. On a host of `host_gpus` GPUs, a timed run narrower than the host runs alone too
+    (pack.py would start another job beside it); profiled runs, fits and parity share the host."""
+    from megalab.runs.sweep import reference_of
+    found = (chapters.pending if pending else chapters.runs)(chapter, gpus)
+    jobs, refs = [], set()
+    solo_keys = {c.key for name in SOLO_SERIES for c in items(found.get(name, [])) if isinstance(c, RunConfig) and c.gpus == 1}
+    seen = set()  # run keys and plan lines already planned
+    for item in items(found):
+        if (_gpu_of(item) or "H200") != gpu or (missing_only and is_recorded(item, store)):
+            continue
+        if isinstance(item, RunConfig):
+            if item.key in seen:  # the same run in two series (a baseline of both): record it once
+                continue
+            seen.add(item.key)
+            alone = item.key in solo_keys or (host_gpus is not None and item.gpus < host_gpus)
+            order = 0 if alone else (2 if item.gpus == gpus else 4) - item.gpus / 1e3
+            jobs.append((order, line_for(chapter + "!" * alone, "run", item)))
+            continue
+        line = item.plan_line(chapter)
+        if line in seen:
+            continue
+        seen.add(line)
+        if isinstance(item, Fit):
+            jobs.append((8 if item.cfg.gpus == gpus else 3, line))
+        elif isinstance(item, Parity):
+            from megalab.records.store import find
+            ref = reference_of(item.cfg)
+            if ref.key not in refs:  # two repeats: the run-to-run spread sets the parity band
+                refs.add(ref.key)
+                have = len(find(ref, store=store, status="ok", profiled=False, gpu_model=gpu)) if missing_only else 0
+                jobs += [(5, line_for(f"{chapter}-ref", "run", ref))] * max(0, 2 - have)
+            jobs.append((7, line))
+        else:
+            jobs.append((1, line))
+    jobs.sort(key=lambda j: j[0])
+    if any(o == 7 for o, _ in jobs):
+        jobs.insert(next(i for i, (o, _) in enumerate(jobs) if o == 7), (6, "wait"))
+    return jobs
+
+
+def plan(chapter: str, gpus: int = 4, gpu: str = "H200", missing_only: bool = False, store=None,
+         pending: bool = False, host_gpus: int | None = None) -> list[str]:
+    """pack.py lines (`<tag> <megalab args>`) for a chapter's records on `gpu` (fits for another GPU
+    model left out), in an order that keeps the host busy; see tools/gpu/pack.py. `pending`: the runs
+    queued for the chapter's next version instead of the ones it reads now. `host_gpus`: the GPUs of the
+    host that runs the plan, when it has more than `gpus` (timed runs then run alone)."""
+    chapter = chapters.resolve(chapter)
+    return [line for _, line in _jobs(chapter, gpus, gpu, missing_only, store, pending, host_gpus)]
+
+
+def read_plan(path) -> list[tuple[str, RunConfig]]:
+    """(tag, RunConfig) of each `megalab run` line of a plan file (`<tag> <flags>`; # comments, blank lines)."""
+    import argparse
+    import shlex
+    from pathlib import Path
+
+    from megalab.runs.flags import add_config_args, config_from_args
+
+    parser = add_config_args(argparse.ArgumentParser())
+    parser.add_argument("--profile", action="store_true")
+    out = []
+    for line in Path(path).read_text().splitlines():
+        words = shlex.split(line.split("#", 1)[0])
+        if words and words[0] != "wait" and words[1:2] not in (["fit"], ["parity"]):
+            out.append((words[0], config_from_args(parser.parse_args(words[1:]))))
+    return out

@@ -1,0 +1,134 @@
+"""What a chapter asks the GPUs for: one run (a RunConfig), a fit search, a parity pair, a profiled run.
+
+Chapter modules (megalab.book.chapters) build their runs from these; megalab.book.recording prints the GPU host's
+plan from the same objects, so the book and its records cannot drift apart. Every chapter takes `gpus`,
+the most GPUs to scale to, and sweeps `degrees(gpus)`: 4 and 8 GPUs slot in without code changes.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from megalab.runs.config import RunConfig
+from megalab.runs.flags import config_to_args
+
+__all__ = ["items", "ITERS", "PARITY_ITERS", "degrees", "sizing_gpu", "predicted_largest", "Fit", "Parity", "Profiled"]
+
+ITERS = 20          # steps per measured run: 3 warm-up steps dropped (metrics.WARMUP_STEPS), median of the rest
+PARITY_ITERS = 50   # steps per loss-parity run
+
+
+def degrees(gpus: int) -> list[int]:
+    """1, 2, 4, ... up to gpus: the parallel sizes a chapter sweeps."""
+    if gpus < 1:
+        raise ValueError(f"gpus={gpus}: need at least 1")
+    out = [1]
+    while out[-1] * 2 <= gpus:
+        out.append(out[-1] * 2)
+    return out
+
+
+def sizing_gpu(mode: str, reference: str = "H200") -> str:
+    """The GPU model a chapter's memory searches are sized for: this machine's, when it will run live
+    and its model is in megalab.machine.hardware; otherwise the reference records' GPU."""
+    from megalab.machine.env import local_gpus
+    from megalab.machine.hardware import UnknownGPU, gpu_spec
+    here = local_gpus()[0] if mode != "cached" else None
+    try:
+        return gpu_spec(here).name if here else reference
+    except UnknownGPU:
+        return reference
+
+
+# -- questions that take several runs --------------------------------------------------------------
+def predicted_largest(cfg: RunConfig, vary: str, gpu: str, step: int = 1, limit: int | None = None) -> int:
+    """The largest value of `vary` (mbs, seq, layers or experts) that theory's memory model fits on `gpu`
+    (searched up to `limit`, default 4096 steps)."""
+    from megalab.theory import memory
+    from megalab.runs.sweep import with_value
+
+    best = 0
+    for v in range(step, (limit or 4096 * step) + 1, step):
+        if not memory(with_value(cfg, vary, v), gpu)["fits"]:
+            break
+        best = v
+    return best
+
+
+@dataclass(frozen=True)
+class Fit:
+    """Bisection for the largest `vary` that fits on `gpu`, over a window around theory's prediction
+    (a handful of probes instead of a search from 1). A result at the window's edge says so."""
+
+    cfg: RunConfig
+    vary: str
+    gpu: str
+    step: int = 1
+    width: float = 0.1   # the window: prediction ± max(2 steps, width × prediction)
+
+    @property
+    def predicted(self) -> int:
+        return predicted_largest(self.cfg, self.vary, self.gpu, self.step)
+
+    @property
+    def window(self) -> tuple[int, int]:
+        p, s = self.predicted, self.step
+        half = max(2 * s, round(self.width * p / s) * s)
+        return max(s, p - half), p + half
+
+    def run(self, mode: str = "auto", **kw):
+        from megalab.runs.sweep import fit
+        lo, hi = self.window
+        return fit(self.cfg, self.vary, lo=lo, hi=hi, mode=mode, step=self.step, gpu=self.gpu, **kw)
+
+    def plan_line(self, tag: str) -> str:
+        lo, hi = self.window
+        return line_for(tag, "fit", self.cfg, "--vary", self.vary, "--lo", lo, "--hi", hi, "--step", self.step)
+
+
+@dataclass(frozen=True)
+class Parity:
+    """The layout `cfg` against the single-GPU run of the same model and global batch (megalab.runs.sweep)."""
+
+    cfg: RunConfig
+
+    def run(self, mode: str = "auto", **kw):
+        from megalab.runs.sweep import parity
+        return parity(self.cfg, mode=mode, **kw)
+
+    def plan_line(self, tag: str) -> str:
+        return line_for(tag, "parity", self.cfg)
+
+
+@dataclass(frozen=True)
+class Profiled:
+    """One run under torch.profiler: its record keeps the kernel timeline of one step. `gpu` names the GPU
+    model whose record answers (None: any, the plan's default H200), as for a Fit."""
+
+    cfg: RunConfig
+    gpu: str | None = None
+
+    def run(self, mode: str = "auto", **kw):
+        from megalab.runs.running import run
+        return run(self.cfg, mode=mode, profile=True, **({"gpu": self.gpu} if self.gpu else {}) | kw)
+
+    def plan_line(self, tag: str) -> str:
+        return line_for(tag, "run", self.cfg, "--profile")
+
+
+def line_for(tag: str, sub: str, cfg: RunConfig, *extra) -> str:
+    words = ([] if sub == "run" else [sub]) + config_to_args(cfg) + [str(x) for x in extra]
+    return f"{tag} {shlex.join(words)}"
+
+
+def items(value):
+    """Every run or question in a chapter's dict (nested lists and dicts walked in order)."""
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from items(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from items(v)
+    else:
+        yield value

@@ -1,0 +1,345 @@
+"""What a record says: the schema of one recorded run (`make_record`), the table view of many
+(`to_frame`), and where they came from (`provenance`). Writing and reading them is `store.py`.
+
+A run record (schema 1): id, key and label of the RunConfig, the config itself, status and error,
+summary (metrics.summarize after the warm-up steps, plus startup and per-rank memory peaks), the
+per-step series, theory's prediction, the environment it ran in (GPU, driver, CUDA, torch, Megatron
+Core, Transformer Engine), git commit, time, tags, the run folder, and for a profiled run its kernels.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from collections.abc import Iterable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from megalab.runs.axes import MODEL_PARALLEL, SHORT
+
+SCHEMA = 1
+RUNS, BENCH, ERRATA = "runs.jsonl", "bench.jsonl", "errata.jsonl"
+SERIES_FIELDS = ("step", "loss", "step_time_s", "grad_norm")
+SUMMARY_FIELDS = ("step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "mem_allocated_peak_gib",
+                  "mem_reserved_peak_gib", "act_gib", "loss_first", "loss_last", "startup_s", "steps")
+ENV_FIELDS = ("gpu_name", "gpu_count", "gpu_mem_gib", "interconnect", "driver", "cuda", "torch",
+              "megatron_core", "transformer_engine", "python", "hostname",
+              "cpu_count")  # from session 15: two hosts of one GPU model launched kernels 2.2x apart, 32 CPUs against 64
+
+
+REPEAT_TAGS = ("spread", "graphs")  # repeats of a configuration made for another comparison (back-to-back runs of
+                                    # one step, CUDA-graph pairs): results.select and the calibration read a
+                                    # configuration's own records first (is_repeat)
+
+
+WARMUP_TAG = "warmup"  # a plan's first run on a fresh host (tools/gpu/pack.py's `warmup!` line): it warms the host (the
+                      # first run of a lease measured ~30% slow), so its step time is no timing
+
+
+def is_repeat(record: dict) -> bool:
+    """Whether a record is a repeat made for another comparison (REPEAT_TAGS), not its configuration's own."""
+    return bool(set(record.get("tags") or ()) & set(REPEAT_TAGS))
+
+
+def is_warmup(record: dict) -> bool:
+    """Whether a record is a lease's warm-up run (WARMUP_TAG): trained, but not a timing."""
+    return WARMUP_TAG in (record.get("tags") or ())
+
+# Changes to the trainer that change how long a step takes: (UTC time it landed, commit, what changed).
+# A record made before a change comes from an older trainer; timings compare only within one revision.
+TRAINER_CHANGES = (
+    ("2026-11-25T04:02:15Z", "70bfd18", "Transformer Engine's linears accumulate wgrad into main_grad; MoE "
+     "permute and router fusion, CUTLASS grouped GEMM"),
+)
+
+
+def trainer_revision(record: dict) -> int:
+    """Which trainer made a record: how many TRAINER_CHANGES had landed when it was recorded (0: the first)."""
+    at = record.get("recorded_at") or ""
+    return sum(at >= when for when, *_ in TRAINER_CHANGES)
+
+
+_LEAD = ("label", "key", "status", "model", "gpus", *SHORT, "sp",
+         "mbs", "gbs", "seq", "num_microbatches")
+
+
+def _flatten(d: dict, prefix: str) -> list[tuple[str, Any]]:
+    out = []
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out += _flatten(v, f"{prefix}{k}_")
+        elif not isinstance(v, list):
+            out.append((f"{prefix}{k}", v))
+    return out
+
+
+def trained(record: dict) -> bool:
+    """The run trained every step it was set: status ok, or a timeout after the trainer's summary line (the
+    launcher then stopped ranks that hung at exit; since EXIT_GRACE_S it keeps such a run as ok itself:
+    session 18's two CUDA-graph captures ran their 20 steps and hung until the time limit)."""
+    summary, config = record.get("summary") or {}, record.get("config") or {}
+    if record.get("status") == "ok":
+        return True
+    return (record.get("status") == "timeout" and "startup_marks_s" in summary
+            and summary.get("steps") == config.get("iters"))
+
+
+def label_of(record: dict) -> str | None:
+    """The label the library gives the record's configuration now (older records stored a shorter one)."""
+    from megalab.runs.config import RunConfig
+    try:
+        return RunConfig.from_dict(record["config"]).label
+    except (KeyError, TypeError, ValueError):
+        return record.get("label")
+
+
+def to_frame(records: Iterable[dict]):
+    """A pandas DataFrame, one row per record, flat columns: label, key, status, the config fields
+    (model = config name, dp and num_microbatches derived), summary fields, gpu_name/gpu_count,
+    predicted_<name> for the theory numbers (nested: predicted_memory_gib_total), error, tags, recorded_at, id."""
+    import pandas as pd  # lazy: pandas is slow to import
+
+    from megalab.runs.config import ADDED_FIELD_DEFAULTS
+
+    rows = []
+    for r in records:
+        cfg = dict(r.get("config") or {})
+        if cfg:  # a record made before a field existed ran with its default
+            cfg = {**ADDED_FIELD_DEFAULTS, **cfg}
+        row: dict = {"label": label_of(r), "key": r.get("key"), "status": r.get("status")}
+        row["model"] = cfg.pop("name", None)
+        row.update(cfg)
+        try:
+            row["dp"] = cfg["gpus"] // math.prod(cfg[a] for a in MODEL_PARALLEL)
+            row["num_microbatches"] = cfg["gbs"] // (cfg["mbs"] * row["dp"])
+        except (KeyError, TypeError, ZeroDivisionError):
+            row["dp"] = row["num_microbatches"] = None
+        summary = r.get("summary") or {}
+        for name in SUMMARY_FIELDS:
+            row[name] = summary.get(name)
+        env = r.get("env") or {}
+        row["gpu_name"], row["gpu_count"] = env.get("gpu_name"), env.get("gpu_count")
+        for name, value in _flatten(r.get("predicted") or {}, "predicted_"):
+            row[name] = value
+        row["error"] = (r.get("error") or {}).get("message")
+        row["tags"] = list(r.get("tags") or [])
+        row["recorded_at"], row["id"] = r.get("recorded_at"), r.get("id")
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    lead = [c for c in _LEAD if c in frame.columns]
+    return frame[lead + [c for c in frame.columns if c not in lead]]
+
+
+# -- records ---------------------------------------------------------------------------------------
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def make_record(cfg, outcome, predicted: dict | None = None, env: dict | None = None,
+                git_commit: str | None = None, tags: Iterable[str] = ()) -> dict:
+    """One schema-1 record from a RunConfig and a launch.RunOutcome.
+
+    env defaults to the fingerprint the trainer printed in its summary line (the machine that ran),
+    else this machine's. summary: metrics.summarize over the steps plus startup_s and per-rank peaks.
+    """
+    from megalab import metrics
+
+    parsed = outcome.parsed if outcome.parsed is not None else metrics.Parsed()
+    steps, final = parsed.steps, parsed.summary or {}
+    summary = metrics.summarize(steps)
+    summary["startup_s"] = final.get("startup_s")
+    for name in ("startup_marks_s", "mem_allocated_peak_gib_per_rank", "mem_reserved_peak_gib_per_rank",
+                 "exit_hung_s"):
+        if final.get(name) is not None:
+            summary[name] = final[name]
+    if env is None:
+        env = final.get("env")
+    if env is None:
+        from megalab.machine.env import fingerprint
+        env = fingerprint()
+    return {
+        "schema": SCHEMA,
+        "id": uuid.uuid4().hex,
+        "key": cfg.key,
+        "label": cfg.label,
+        "config": cfg.to_dict(),
+        "status": outcome.status,
+        "error": outcome.error,
+        "summary": summary,
+        "series": {name: [s.get(name) for s in steps] for name in SERIES_FIELDS},
+        "predicted": predicted or {},
+        "env": {name: env.get(name) for name in ENV_FIELDS},
+        "git_commit": git_commit,
+        "recorded_at": utc_now(),
+        "tags": list(tags),
+        "run_dir": str(outcome.run_dir) if outcome.run_dir is not None else None,
+        **_profile(outcome.run_dir),
+        **({"routing": routing} if (routing := _read_json(outcome.run_dir, "routing.json")) else {}),
+    }
+
+
+def _read_json(run_dir, name: str):
+    """A JSON file the trainer left in the run folder, or None (absent or unreadable)."""
+    path = Path(run_dir) / name if run_dir is not None else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _profile(run_dir) -> dict:
+    """{"profile": ...} from a profiled run's profile.json (kernel time by category, one step's timeline),
+    schedule.json (each pipeline stage's forward and backward passes of one step, megalab.train_log.StageClock)
+    and the other ranks' profile_rank<r>.json (their kernel time by category, under "ranks")."""
+    out = dict(_read_json(run_dir, "profile.json") or {})
+    if schedule := _read_json(run_dir, "schedule.json"):
+        out["schedule"] = schedule
+    others = sorted(Path(run_dir).glob("profile_rank*.json")) if run_dir is not None and out else []
+    ranks = {p.stem.removeprefix("profile_rank"): _read_json(run_dir, p.name) for p in others}
+    if ranks := {r: d["kernel_s_per_step"] for r, d in ranks.items() if d and "kernel_s_per_step" in d}:
+        out["ranks"] = {"0": out.get("kernel_s_per_step"), **ranks}
+    return {"profile": out} if out else {}
+
+
+# -- checking a record made elsewhere (megalab results --import) ----------------------------------
+_RUN_TYPES = {"schema": int, "id": str, "key": str, "label": str, "config": dict, "status": str,
+              "error": (dict, type(None)), "summary": dict, "series": dict, "predicted": dict, "env": dict,
+              "git_commit": (str, type(None)), "recorded_at": str, "tags": list, "run_dir": (str, type(None))}
+_BENCH_TYPES = {"schema": int, "id": str, "kind": str, "bench": str, "env": dict, "recorded_at": str}
+_TYPE_NAMES = {int: "a whole number", str: "text", dict: "an object", list: "a list"}
+
+
+def _type_name(want) -> str:
+    kinds = want if isinstance(want, tuple) else (want,)
+    return " or ".join("null" if k is type(None) else _TYPE_NAMES[k] for k in kinds)
+
+
+_FIELD_TYPES = {"int": (int,), "int | None": (int, type(None)), "float": (float, int), "str": (str,),
+                "str | None": (str, type(None)), "bool": (bool,)}
+
+
+def _config_type_problems(config: dict) -> list[str]:
+    import dataclasses
+
+    from megalab.runs.config import RunConfig
+    out = []
+    for f in dataclasses.fields(RunConfig):
+        if f.name in config:
+            v, want = config[f.name], _FIELD_TYPES[f.type]
+            if not isinstance(v, want) or (isinstance(v, bool) and bool not in want):
+                out.append(f"config field {f.name!r} should be {f.type}, not {json.dumps(v)[:40]}")
+    return out
+
+
+_SUMMARY_TEXT, _SUMMARY_LISTS, _SUMMARY_MAPS = {"warmup_policy"}, {"mem_allocated_peak_gib_per_rank",
+                                                                   "mem_reserved_peak_gib_per_rank"}, {"startup_marks_s"}
+
+
+def _is_amount(v) -> bool:
+    """A measured amount: a finite, non-negative number (not a bool), or null where nothing was measured."""
+    import math
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0)
+
+
+def _measurement_problems(record: dict) -> list[str]:
+    """Values in `summary` and `series` that are not measured amounts (text, negative, NaN, ...): a chapter
+    computing a median or a ratio over them would crash, or quote nonsense, far from the cause."""
+    out, summary, series = [], record.get("summary"), record.get("series")
+    for name, v in (summary.items() if isinstance(summary, dict) else ()):
+        if name in _SUMMARY_TEXT:
+            ok = isinstance(v, str)
+        elif name in _SUMMARY_LISTS:
+            ok = isinstance(v, list) and all(_is_amount(x) for x in v)
+        elif name in _SUMMARY_MAPS:
+            ok = isinstance(v, dict) and all(_is_amount(x) for x in v.values())
+        else:
+            ok = _is_amount(v)
+        if not ok:
+            out.append(f"summary {name!r} should be a measured amount (a number >= 0, or null), not {json.dumps(v)[:40]}")
+    for name, v in (series.items() if isinstance(series, dict) else ()):
+        if not (isinstance(v, list) and all(_is_amount(x) for x in v)):
+            out.append(f"series {name!r} should be a list of numbers >= 0 (or nulls)")
+    return out
+
+
+def type_problems(record: dict) -> list[str]:
+    """The fields a record holds with the wrong type (what the full schema check, record_problems, also
+    finds); missing fields are not its concern. The store's readers skip such records: a sum or a label
+    over them would crash far from the cause."""
+    types = _BENCH_TYPES if record.get("kind") == "bench" else _RUN_TYPES
+    out = [f"field {name!r} should be {_type_name(want)}, not {json.dumps(record[name])[:40]}"
+           for name, want in types.items() if name in record and
+           (not isinstance(record[name], want) or isinstance(record[name], bool))]
+    config = record.get("config")
+    return out + (_config_type_problems(config) if isinstance(config, dict) else []) + _measurement_problems(record)
+
+
+def record_problems(record) -> list[str]:
+    """Why a record does not fit the schema make_record writes (a bench record: its own few fields);
+    [] when it does. The config must load as a RunConfig whose key is the record's key, and a run that
+    started (any status but "invalid") must have a layout megalab accepts."""
+    if not isinstance(record, dict):
+        return [f"a record is a JSON object, not {type(record).__name__}"]
+    bench = record.get("kind") == "bench"
+    types = _BENCH_TYPES if bench else _RUN_TYPES
+    out = [f"field {name!r} is missing" for name in types if name not in record and name != "id"]  # an
+    # import gives a record without an id one made from its content
+    out += [f"field {name!r} should be {_type_name(want)}, not {json.dumps(record[name])[:40]}"
+            for name, want in types.items() if name in record and
+            (not isinstance(record[name], want) or isinstance(record[name], bool))]
+    if record.get("schema") != SCHEMA and "schema" not in " ".join(out):
+        out.append(f"schema={record.get('schema')!r}: this megalab reads schema {SCHEMA}")
+    if isinstance(record.get("id"), str) and not record["id"].strip():
+        out.append("field 'id' is empty")
+    if bench or out:
+        return out
+    from megalab.runs.config import RunConfig
+    from megalab.metrics import STATUSES
+    if record["status"] not in STATUSES:
+        out.append(f"status={record['status']!r}: pick one of {', '.join(STATUSES)}")
+    if not all(isinstance(t, str) for t in record["tags"]):
+        out.append("field 'tags' should hold text only")
+    try:
+        cfg = RunConfig.from_dict(record["config"])
+    except (TypeError, ValueError) as exc:
+        return out + [f"config does not load: {exc}"]
+    wrong = _config_type_problems(record["config"])
+    if wrong:
+        return out + wrong
+    out += _measurement_problems(record)
+    if record["status"] == "ok" and not record["summary"].get("step_time_s"):
+        out.append("an ok run needs summary 'step_time_s' > 0")
+    if record["status"] != "invalid":
+        out += [f"config: {p}" for p in cfg.problems()]
+    if cfg.key != record["key"]:
+        out.append(f"key {record['key']!r} is not its config's key {cfg.key!r}")
+    return out
+
+
+PROVENANCE = ("gpu_name", "interconnect", "driver", "cuda", "torch", "megatron_core", "transformer_engine", "python")
+
+
+def _short_commit(commit: str | None) -> str:
+    """12 hex digits, keeping a "+dirty" mark (the run's tree differed from the commit)."""
+    commit = commit or ""
+    return commit.split("+")[0][:12] + ("+dirty" if commit.endswith("+dirty") else "")
+
+
+def provenance(records: Iterable[dict]):
+    """Where records come from: one row per distinct environment fingerprint and git commit, with the
+    number of records, GPU counts seen and the first and last recording time (UTC)."""
+    import pandas as pd
+
+    rows = [{**{f: (r.get("env") or {}).get(f) for f in PROVENANCE},
+             "gpus": (r.get("env") or {}).get("gpu_count"), "git_commit": _short_commit(r.get("git_commit")),
+             "recorded_at": r.get("recorded_at")} for r in records]
+    df = pd.DataFrame(rows, columns=[*PROVENANCE, "gpus", "git_commit", "recorded_at"])
+    keys = [*PROVENANCE, "git_commit"]
+    out = df.fillna({"transformer_engine": "not installed"}).groupby(keys, dropna=False).agg(
+        records=("recorded_at", "size"), gpus=("gpus", lambda s: sorted(set(s.dropna().astype(int)))),
+        first=("recorded_at", "min"), last=("recorded_at", "max"))
+    return out.reset_index().sort_values("first", ignore_index=True)

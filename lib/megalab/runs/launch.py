@@ -1,0 +1,345 @@
+"""Start the trainer under torchrun, watch it, and keep everything it printed.
+
+    launch(cfg)  ->  python -m torch.distributed.run --standalone --nproc_per_node=N \\
+                         -m megalab.train <config flags> --run-dir runs/<label>-<UTC time>
+
+The run folder holds config.json, log.txt (stdout and stderr of all ranks, as printed) and
+metrics.jsonl (the metrics lines, see metrics.py). The child runs in its own session so a timeout
+or Ctrl-C stops the whole process group: no orphaned rank keeps holding GPU memory. A run that
+fails (OOM, NCCL error, timeout, exception) returns a RunOutcome with that status: failures are
+results. Only a configuration that cannot start here raises, before anything is spawned.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from megalab import metrics
+from megalab.runs.config import InvalidLayout
+
+DEFAULT_TIMEOUT_S = 1800
+KILL_GRACE_S = 10
+# After the trainer's summary line every rank has trained and gathered its memory peaks: a run still alive this
+# long after it is stopped and kept as trained (session 18: both CUDA-graph captures hung at exit, 250-300 s each)
+EXIT_GRACE_S = 60
+PEER_DONE = "[after training is done]"  # Megatron-LM's pretrain() prints it once its last step is logged
+RDZV_PORT = 29500
+# Multicast (NVLS) is off on the hosts this book was measured on; NCCL and symmetric memory would
+# otherwise try it and fail or hang at communicator creation.
+FORCED_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
+              "PYTHONUNBUFFERED": "1"}
+LIB_DIR = Path(__file__).resolve().parents[2]
+
+
+class NotEnoughGPUs(RuntimeError):
+    """The run needs more GPUs than this machine has; the message says how many."""
+
+
+@dataclass
+class RunOutcome:
+    """What a launched run did: status (see metrics.STATUSES), error dict or None, parsed metrics."""
+
+    status: str
+    error: dict | None
+    parsed: metrics.Parsed
+    run_dir: Path | None
+    returncode: int | None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def _config_args(cfg) -> list[str]:
+    from megalab.runs.flags import config_to_args
+    return list(config_to_args(cfg))
+
+
+def _check_data(cfg) -> None:
+    """A real dataset's token ids must fit the model's vocabulary (else a device-side assert at step 0)."""
+    if not cfg.data:
+        return
+    meta = Path(cfg.data + ".json")  # written by `megalab prepare-data`
+    if not Path(cfg.data + ".bin").exists():
+        raise InvalidLayout(f"data={cfg.data}: {cfg.data}.bin not found: pass the prefix of a Megatron indexed "
+                            f"dataset (megalab prepare-data writes PREFIX.bin/.idx)")
+    vocab = json.loads(meta.read_text()).get("vocab_size") if meta.exists() else None
+    if vocab and vocab > cfg.vocab:
+        raise InvalidLayout(f"data={cfg.data} was tokenized with {vocab} token ids but vocab={cfg.vocab}: "
+                            f"pass --vocab {cfg.replace(vocab=vocab).padded_vocab}")
+
+
+def torchrun_command(cfg, run_dir, nnodes: int = 1, node_rank: int = 0, rdzv_endpoint: str | None = None,
+                     nproc_per_node: int | None = None, extra: Iterable[str] = (),
+                     rdzv_id: str | None = None, peer_dir: str | os.PathLike | None = None) -> list[str]:
+    """The argv that starts this run: one node (--standalone) or one node of several (c10d rendezvous).
+
+    torchrun is invoked as `sys.executable -m torch.distributed.run` so the same Python (and venv)
+    runs the workers, whatever `torchrun` is on PATH.
+    """
+    if nproc_per_node is None:
+        if cfg.gpus % nnodes:
+            raise ValueError(f"gpus={cfg.gpus} does not split over {nnodes} nodes: make gpus a multiple of nnodes")
+        nproc_per_node = cfg.gpus // nnodes
+    cmd = [sys.executable, "-m", "torch.distributed.run"]
+    if nnodes == 1:
+        cmd += ["--standalone", f"--nproc_per_node={nproc_per_node}"]
+    else:
+        if not rdzv_endpoint:
+            raise ValueError("a multi-node launch needs rdzv_endpoint='host:port' of the first node")
+        if ":" not in rdzv_endpoint:
+            rdzv_endpoint = f"{rdzv_endpoint}:{RDZV_PORT}"
+        cmd += [f"--nnodes={nnodes}", f"--nproc_per_node={nproc_per_node}", f"--node-rank={node_rank}",
+                "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}", f"--rdzv-id={rdzv_id or cfg.key}"]
+    if cfg.runner == "megatron-lm":  # the peer: Megatron-LM's own script (megalab.runs.peer)
+        from megalab.runs import peer
+        profile = peer.profile_args(run_dir) if "--profile" in extra else []  # the one trainer flag it takes
+        return cmd + [str(peer.source_dir(peer_dir) / "pretrain_gpt.py"), *peer.args(cfg), *profile]
+    return cmd + ["-m", "megalab.train", *_config_args(cfg), "--run-dir", str(run_dir), *extra]
+
+
+def child_env(env: dict | None = None, first: Path = LIB_DIR) -> dict:
+    """os.environ + `env`, with FORCED_ENV forced and `first` (lib/, or the peer's checkout) first on PYTHONPATH."""
+    out = {**os.environ, **(env or {}), **FORCED_ENV}
+    path = [p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p]
+    out["PYTHONPATH"] = os.pathsep.join([str(first)] + [p for p in path if p != str(first)])
+    return out
+
+
+def check(cfg, nproc: int | None = None) -> None:
+    """Raise InvalidLayout or NotEnoughGPUs if this configuration cannot start on this machine."""
+    from megalab.machine.env import local_gpus
+    gpu_name, have = local_gpus()  # no CUDA context is created in this process
+    cfg.validate(te_available=importlib.util.find_spec("transformer_engine") is not None, gpu_name=gpu_name)
+    _check_data(cfg)
+    need = cfg.gpus if nproc is None else nproc
+    if need > have:
+        raise NotEnoughGPUs(f"{cfg.label} needs {need} GPU(s) on this machine, which has {have}: "
+                            f"read the recorded result with mode='cached', or lower --gpus")
+
+
+def new_run_dir(cfg, runs_root=None) -> Path:
+    """runs/<label>-<UTC time>, made fresh (a -2, -3 ... suffix if two runs start in the same second)."""
+    if runs_root is None:
+        from megalab.machine.env import repo_root
+        runs_root = os.environ.get("MEGALAB_RUNS") or (repo_root() or Path.cwd()) / "runs"
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    base = Path(runs_root) / f"{cfg.label}-{stamp}"
+    for n in range(1, 1000):
+        path = base if n == 1 else base.with_name(f"{base.name}-{n}")
+        try:
+            path.mkdir(parents=True)
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(base)
+
+
+def _in_notebook() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
+
+
+class _Progress:
+    """A progress bar over steps: tqdm in a terminal, an ipywidgets bar in Jupyter (tqdm.notebook)."""
+
+    def __init__(self, total: int, label: str, enabled: bool):
+        self.bar = None
+        if not enabled:
+            return
+        if _in_notebook():
+            from tqdm.notebook import tqdm
+        else:
+            from tqdm import tqdm
+        self.bar = tqdm(total=total, desc=label, unit="step", dynamic_ncols=True)
+
+    def update(self, obj: dict) -> None:
+        if self.bar is None or obj.get("kind") != "step":
+            return
+        done = int(obj.get("step", 0)) + 1
+        self.bar.update(max(0, done - self.bar.n))
+        post = {"loss": obj.get("loss"), "TFLOP/s": obj.get("tflops_per_gpu")}
+        self.bar.set_postfix({k: f"{v:.4g}" for k, v in post.items() if isinstance(v, (int, float))})
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _kill_group(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
+    """SIGTERM the child's process group, then SIGKILL whatever is left after grace_s."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        try:
+            proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def launch(cfg, runs_root=None, timeout_s: float = DEFAULT_TIMEOUT_S, progress: bool = True,
+           dry_run: bool = False, env: dict | None = None, echo: bool = False, nnodes: int = 1,
+           node_rank: int = 0, rdzv_endpoint: str | None = None, nproc_per_node: int | None = None,
+           extra: Iterable[str] = (), peer_dir: str | os.PathLike | None = None) -> RunOutcome:
+    """Run the trainer for `cfg` and return its RunOutcome (never raises for a failed run).
+
+    Raises InvalidLayout / NotEnoughGPUs before spawning when the run cannot start here. dry_run
+    passes --dry-run to the trainer (CPU, gloo: it builds the model shards and prints parameters
+    per rank) and skips the GPU check. echo prints every log line as it arrives (no progress bar).
+    """
+    extra = list(extra)  # read twice (the command, then the peer's profile)
+    if dry_run:
+        cfg.validate()
+        extra = ["--dry-run", *extra]
+    else:
+        check(cfg, (nproc_per_node or cfg.gpus // nnodes) if nnodes > 1 else None)
+    run_dir = new_run_dir(cfg, runs_root)
+    cmd = torchrun_command(cfg, run_dir, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
+                           nproc_per_node=nproc_per_node, extra=extra, peer_dir=peer_dir)
+    first = LIB_DIR
+    if cfg.runner == "megatron-lm":  # its megatron package (training + core of the same release) first
+        from megalab.runs import peer
+        first = peer.source_dir(peer_dir)
+        env = {**peer.environment(cfg), **(env or {})}
+    (run_dir / "config.json").write_text(cfg.to_json() + "\n")
+    (run_dir / "command.txt").write_text(shlex.join(cmd) + "\n")
+    bar = _Progress(cfg.iters, cfg.label, progress and not echo)
+    timed_out, hung = threading.Event(), threading.Event()
+    with open(run_dir / "log.txt", "w", encoding="utf-8") as log, \
+            open(run_dir / "metrics.jsonl", "w", encoding="utf-8") as mfile:
+        launched_at = time.time()  # the trainer's startup_s starts here (and the peer's)
+        child = {**child_env(env, first), "MEGALAB_LAUNCH_T": repr(launched_at)}
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=child, start_new_session=True)
+
+        def on_timeout():
+            timed_out.set()
+            _kill_group(proc)
+
+        def on_hang():
+            hung.set()
+            _kill_group(proc)
+
+        timer = threading.Timer(timeout_s, on_timeout)
+        timer.daemon = True
+        timer.start()
+        exit_timer = threading.Timer(EXIT_GRACE_S, on_hang)
+        exit_timer.daemon = True
+        done = False  # the summary (ours) or "[after training is done]" (the peer's) seen: only the exit is left
+        try:
+            for raw in proc.stdout:
+                line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+                log.write(line + "\n")
+                log.flush()
+                obj = metrics.parse_line(line)
+                if obj is not None:
+                    mfile.write(json.dumps(obj) + "\n")
+                    mfile.flush()
+                    bar.update(obj)
+                if not done and ((obj or {}).get("kind") == "summary" or PEER_DONE in line):
+                    done = True
+                    exit_timer.start()
+                if echo:
+                    print(line, flush=True)
+            proc.wait()
+        except BaseException:  # Ctrl-C / notebook interrupt: stop every rank, then re-raise
+            _kill_group(proc, grace_s=3)
+            raise
+        finally:
+            timer.cancel()
+            exit_timer.cancel()
+            bar.close()
+            proc.stdout.close()
+            try:  # ranks that outlived torchrun would keep GPU memory: end the group
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+    text = (run_dir / "log.txt").read_text(encoding="utf-8")
+    parsed = metrics.parse_log(text)
+    if cfg.runner == "megatron-lm":
+        from megalab.runs import peer
+        from megalab.machine.env import local_peak_tflops
+        parsed = peer.parse_log(text, cfg, local_peak_tflops(), launched_at)
+        if "--profile" in extra:
+            peer.write_profile(run_dir)  # profile.json, as the trainer writes it: the record keeps it
+    status, error = metrics.classify_failure(text, proc.returncode, timed_out.is_set())
+    if hung.is_set() and not timed_out.is_set():
+        status, error = "ok", None  # trained to the end: the exit, not the run, hung
+        parsed.summary = {**(parsed.summary or {}), "exit_hung_s": EXIT_GRACE_S}
+    if status == "ok" and not dry_run and not parsed.steps and node_rank == 0:  # other nodes print no steps
+        status, error = "failed", {"message": "the trainer exited 0 but reported no steps", "rank": None,
+                                   "detail": "\n".join(text.splitlines()[-metrics.TRACEBACK_LINES:])}
+    return RunOutcome(status, error, parsed, run_dir, proc.returncode)
+
+
+class InvalidSlurmOption(ValueError):
+    """An sbatch option or node split cannot make a working script; the message says what to change."""
+
+
+def _sbatch_word(name: str, value: str) -> str:
+    from megalab.usage import SAFE_WORD
+    if not SAFE_WORD.fullmatch(str(value)):
+        raise InvalidSlurmOption(f"{name}={value!r} cannot stand in an sbatch script: use letters, digits and "
+                                 f". _ , : + - only")
+    return shlex.quote(str(value))
+
+
+def slurm_script(cfg, nodes: int, gpus_per_node: int | None = None, partition: str | None = None,
+                 time: str = "01:00:00", account: str | None = None) -> str:
+    """An sbatch script that runs this configuration on `nodes` nodes: one srun task per node,
+    each a torchrun with gpus_per_node workers meeting at the first node (c10d rendezvous).
+    Every value written into it is checked (no spaces, newlines or shell characters) and shell-quoted."""
+    if nodes < 1 or (gpus_per_node is not None and gpus_per_node < 1):
+        raise InvalidSlurmOption(f"nodes={nodes}, gpus_per_node={gpus_per_node}: both must be 1 or more")
+    if gpus_per_node is None:
+        if cfg.gpus % nodes:
+            raise InvalidSlurmOption(f"gpus={cfg.gpus} does not split over {nodes} nodes: make gpus a multiple "
+                                     f"of nodes")
+        gpus_per_node = cfg.gpus // nodes
+    if nodes * gpus_per_node != cfg.gpus:
+        raise InvalidSlurmOption(f"nodes x gpus_per_node = {nodes * gpus_per_node} but the config has "
+                                 f"gpus={cfg.gpus}: make them equal")
+    cfg.validate()  # the name rule keeps the label to letters, digits and . _ - + (quoted below all the same)
+    q = shlex.quote
+    sbatch = [f"--job-name={q(f'megalab-{cfg.label}'[:80])}", f"--nodes={int(nodes)}", "--ntasks-per-node=1",
+              f"--gpus-per-node={int(gpus_per_node)}", f"--time={_sbatch_word('time', time)}",
+              "--output=runs/slurm-%j.log"]
+    if partition:
+        sbatch.append(f"--partition={_sbatch_word('partition', partition)}")
+    if account:
+        sbatch.append(f"--account={_sbatch_word('account', account)}")
+    args = " ".join(q(a) for a in _config_args(cfg))
+    exports = " ".join(f"{k}={q(v)}" for k, v in FORCED_ENV.items())
+    return "\n".join([
+        "#!/bin/bash",
+        *(f"#SBATCH {s}" for s in sbatch),
+        f"# {cfg.label}  (key {cfg.key})",
+        "set -euo pipefail",
+        f"export {exports}",
+        'export PYTHONPATH="$PWD/lib${PYTHONPATH:+:$PYTHONPATH}"',
+        'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        f'run_dir={q(f"runs/{cfg.label}-")}"$SLURM_JOB_ID"',
+        'mkdir -p "$run_dir"',
+        f'srun python -m torch.distributed.run --nnodes "$SLURM_NNODES" --nproc_per_node {int(gpus_per_node)} \\',
+        f'    --rdzv-id "$SLURM_JOB_ID" --rdzv-backend c10d --rdzv-endpoint "$head:{RDZV_PORT}" \\',
+        f'    -m megalab.train {args} --run-dir "$run_dir"',
+        "",
+    ])
