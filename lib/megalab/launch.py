@@ -84,7 +84,9 @@ def _check_data(cfg) -> None:
 def torchrun_command(cfg, run_dir, nnodes: int = 1, node_rank: int = 0, rdzv_endpoint: str | None = None,
                      nproc_per_node: int | None = None, extra: Iterable[str] = (),
                      rdzv_id: str | None = None, peer_dir: str | os.PathLike | None = None) -> list[str]:
-    """The argv that starts this run: one node (--standalone) or one node of several (c10d rendezvous).
+    """The argv that starts this run: one node (--standalone) or one node of several (static rendezvous at
+    node 0's host:port: the agent started with node_rank 0 holds global rank 0, whose lines node 0 records;
+    the c10d backend would number the agents by host name and process id instead).
 
     torchrun is invoked as `sys.executable -m torch.distributed.run` so the same Python (and venv)
     runs the workers, whatever `torchrun` is on PATH.
@@ -102,7 +104,7 @@ def torchrun_command(cfg, run_dir, nnodes: int = 1, node_rank: int = 0, rdzv_end
         if ":" not in rdzv_endpoint:
             rdzv_endpoint = f"{rdzv_endpoint}:{RDZV_PORT}"
         cmd += [f"--nnodes={nnodes}", f"--nproc_per_node={nproc_per_node}", f"--node-rank={node_rank}",
-                "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}", f"--rdzv-id={rdzv_id or cfg.key}"]
+                "--rdzv-backend=static", f"--rdzv-endpoint={rdzv_endpoint}", f"--rdzv-id={rdzv_id or cfg.key}"]
     if cfg.runner == "megatron-lm":  # the peer: Megatron-LM's own script (megalab.peer)
         from megalab import peer
         profile = peer.profile_args(run_dir) if "--profile" in extra else []  # the one trainer flag it takes

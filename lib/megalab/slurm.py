@@ -3,10 +3,10 @@
     megalab slurm --preset gpt-8.3b --gpus 16 --tp 8 --nodes 2 > job.sh && mkdir -p runs && sbatch job.sh
 
 One srun task per node; each task is `megalab run ... --nnodes N --node-rank R --rdzv-endpoint HEAD:29500`,
-a torchrun agent meeting the others at the first node (c10d rendezvous). Node 0 appends the run's record to
-the store (`results/`, or $MEGALAB_RESULTS) with every node's machine under "nodes"; the other nodes only
-take part. The run's time limit is the job's less a minute, so a run that overstays is recorded as a timeout
-before Slurm ends the job.
+a torchrun agent meeting the others at the first node (a static rendezvous: the task's rank is its node's).
+Node 0 appends the run's record to the store (`results/`, or $MEGALAB_RESULTS) with every node's machine
+under "nodes"; the other nodes only take part. The run's time limit is the job's less a minute, so a run
+that overstays is recorded as a timeout before Slurm ends the job.
 
 `cpu=True` writes the same script for a cluster without GPUs: no GPU request, and each node runs
 `megalab run --dry-run` (CPU, gloo: the model shards are built, nothing is trained), which keeps the record it
