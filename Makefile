@@ -3,13 +3,19 @@ SHELL := /bin/bash
 VENV  := .venv/bin
 GPUS  ?=
 
-.PHONY: setup book test lab reproduce check-html clean
+.PHONY: setup gpu-setup book test lab reproduce check-html clean
 
 setup:
 	@tools/setup.sh
 
+## gpu-setup: on a GPU machine, .venv with Transformer Engine 2.11.0 built against the installed CUDA torch
+## (pip --no-build-isolation, as NVIDIA documents it) and Megatron Core 0.16.1; DRY=1 prints the plan only
+gpu-setup:
+	@tools/gpu-setup.sh $(if $(DRY),--dry-run)
+
 ## book: execute every chapter from the recorded results (cached) and render the HTML book
 book: setup
+	@tools/mathjax-setup.sh   # MathJax for the HTML book, served from _static (offline like plotly.js)
 	$(VENV)/megalab reproduce --mode cached
 	$(VENV)/jupyter-book build . -W --keep-going
 	@echo "open _build/html/index.html"

@@ -113,7 +113,7 @@ def test_env_json(capsys):
 def test_slurm(capsys):
     assert cli.main(["slurm", *config_to_args(CFG.replace(gpus=8)), "--nodes", "2", "--partition", "p"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("#!/bin/bash") and "#SBATCH --nodes=2" in out and "--nproc_per_node 4" in out
+    assert out.startswith("#!/bin/bash") and "#SBATCH --nodes=2" in out and "#SBATCH --gpus-per-node=4" in out
 
 
 def test_lazy_subcommands_are_dispatched(monkeypatch, capsys):

@@ -133,7 +133,7 @@ def test_hardware_and_installation_checks_only_when_asked():
     assert problems(c) == []
     found = problems(c, gpus_available=4, te_available=False, gpu_name="NVIDIA A100-SXM4-80GB")
     assert any("only 4 are available" in p for p in found)
-    assert "Transformer Engine is not installed: pass --impl local or install the [te] extra" in found
+    assert "Transformer Engine is not installed: pass --impl local, or install it (make gpu-setup)" in found
     assert any("fp8 needs an Ada, Hopper or Blackwell GPU" in p for p in found)
     for gpu in ("NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA B200", "NVIDIA GB200", "NVIDIA L40S"):
         assert problems(c, gpus_available=8, te_available=True, gpu_name=gpu) == []

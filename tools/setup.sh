@@ -4,6 +4,8 @@
 #  - never pulls CUDA wheels onto a machine without an NVIDIA GPU: without torch it installs a CPU build
 #    (TORCH_SPEC, default torch==2.13.0, from the PyTorch CPU index when that index is reachable);
 #  - installs megalab in editable mode with its notebook/book stack and test tools.
+# On a GPU machine, tools/gpu-setup.sh (make gpu-setup) installs Transformer Engine as well. MathJax for the
+# HTML book comes with `make book` (tools/mathjax-setup.sh), not here: `make lab` does not need it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -12,7 +14,6 @@ if [ ! -x .venv/bin/python ]; then
     echo "setup: '$PY -m venv' failed: install the venv module (Debian/Ubuntu: apt install python3-venv)" >&2; exit 1; }
 fi
 . .venv/bin/activate
-tools/mathjax-setup.sh   # MathJax for the HTML book, served from _static (offline like plotly.js)
 stamp=.venv/.megalab-setup
 if [ -f "$stamp" ] && [ "$stamp" -nt pyproject.toml ] && python -c "import megalab, torch, megatron.core" 2>/dev/null; then
   exit 0

@@ -159,6 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--account", type=usage.safe_word, help="slurm account to charge (sbatch --account)")
     s.add_argument("--time", type=usage.safe_word, default="01:00:00",
                    help="time limit, HH:MM:SS or D-HH:MM:SS (default 01:00:00)")
+    s.add_argument("--cpu", action="store_true",
+                   help="a cluster without GPUs: no GPU request, each node runs a dry run (nothing is trained)")
 
     s = cmd("prepare-data", runs.cmd_prepare_data, "tokenize a JSONL corpus into a Megatron indexed dataset")
     s.add_argument("--input", required=True, help="JSONL file with a 'text' field per line")
@@ -185,7 +187,8 @@ def _errors():
     from megalab.runs.config import InvalidLayout
     from megalab.data import BadCorpus
     from megalab.machine.hardware import UnknownGPU
-    from megalab.runs.launch import InvalidSlurmOption, NotEnoughGPUs
+    from megalab.runs.launch import NotEnoughGPUs
+    from megalab.runs.slurm import InvalidSlurmOption
     from megalab.runs.peer import PeerNotFound
     from megalab.book.reproduce import UnknownNotebook
     from megalab.runs.running import NotRecorded

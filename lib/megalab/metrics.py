@@ -26,6 +26,8 @@ error    any rank, when it stops on a known failure (the trainer then exits non-
 params   every rank, --dry-run only (CPU, gloo: shards are built, nothing is trained):
     {"kind": "params", "rank": int, "tp_rank": int, "pp_rank": int, "ep_rank": int, "params": int,
      "init_checksum": float | None}
+nodes    rank 0 of a run over several nodes, once, before the model is built (a dry run too):
+    {"kind": "nodes", "nodes": [{megalab.env.fingerprint()} of each node, in node order]}
 
 Warm-up policy (declared here only): the first WARMUP_STEPS steps pay for CUDA context creation,
 NCCL communicator set-up, allocator growth and autotuning, so they are dropped and the median of
@@ -46,7 +48,7 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-KINDS = ("budget", "step", "summary", "error", "params")
+KINDS = ("budget", "step", "summary", "error", "params", "nodes")
 WARMUP_STEPS = 3
 MEDIAN_FIELDS = ("step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu")
 PEAK_FIELDS = ("mem_allocated_peak_gib", "mem_reserved_peak_gib")
@@ -73,13 +75,14 @@ def parse_line(text: str) -> dict | None:
 
 @dataclass
 class Parsed:
-    """The metrics lines of one run: budget, steps (in step order), summary, errors, params (dry run)."""
+    """The metrics lines of one run: budget, steps (in step order), summary, errors, params (dry run), nodes."""
 
     budget: dict | None = None
     steps: list[dict] = field(default_factory=list)
     summary: dict | None = None
     errors: list[dict] = field(default_factory=list)
     params: list[dict] = field(default_factory=list)
+    nodes: list[dict] = field(default_factory=list)  # every node's machine, when the run spanned several
 
 
 def parse_log(log: str | Iterable[str]) -> Parsed:
@@ -104,6 +107,8 @@ def parse_log(log: str | Iterable[str]) -> Parsed:
             out.errors.append(obj)
         elif obj["kind"] == "params":
             out.params.append(obj)
+        elif obj["kind"] == "nodes" and isinstance(obj.get("nodes"), list):
+            out.nodes = [n for n in obj["nodes"] if isinstance(n, dict)]
     out.steps.sort(key=lambda s: (s.get("step") is None, s.get("step") or 0))
     return out
 

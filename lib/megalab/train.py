@@ -49,7 +49,7 @@ from megalab import data, theory
 from megalab.runs.config import InvalidLayout
 from megalab.runs.flags import add_config_args, config_from_args
 from megalab.train_log import (CHUNKS, CLOCK, GIB, SCHEDULE_STEP, RouterCounts, all_gather, budget, clock_chunks, emit,
-                               is_oom, max_over_ranks, peak_tflops, profiler, reduced_loss, step_line, where,
+                               is_oom, max_over_ranks, nodes_line, peak_tflops, profiler, reduced_loss, step_line, where,
                                write_schedule)
 from megalab.weights import init_layout_invariant
 # train() calls build_training by this module's name: tools/gpu/spikes.py swaps in a probing one
@@ -258,6 +258,8 @@ def train(cfg, args, rank: int) -> None:
     startup["imports"] = since_launch()
     device = initialize_distributed(cfg, parallel, args.dry_run)
     startup["process_groups"] = since_launch()
+    if nodes := nodes_line():  # several nodes: node 0 records the run, with each node's machine
+        emit(nodes)
     patch_moe_router_without_te(cfg)
     copy_mlp_bias_under_recompute(cfg)
     fork_rng_for_local_capture(cfg)

@@ -22,6 +22,21 @@ PROFILE_STEPS = (5, 8)  # profile steps 5, 6, 7
 
 
 # -- the protocol's lines -------------------------------------------------------------------------
+def nodes_line() -> dict | None:
+    """Every node's machine, for rank 0 of a run over several nodes (torchrun's WORLD_SIZE > LOCAL_WORLD_SIZE):
+    {"kind": "nodes", "nodes": [env.fingerprint() of each node's local rank 0, in node order]}; None on the
+    other ranks and on one node. A collective: every rank calls it."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= int(os.environ.get("LOCAL_WORLD_SIZE", world)):
+        return None
+    import torch
+    from megalab import env
+    mine = env.fingerprint() if os.environ.get("LOCAL_RANK", "0") == "0" else None  # nvidia-smi once a node
+    gathered = [None] * world
+    torch.distributed.all_gather_object(gathered, mine)
+    return {"kind": "nodes", "nodes": [g for g in gathered if g]} if torch.distributed.get_rank() == 0 else None
+
+
 def emit(obj: dict) -> None:
     """One metrics line, written in one call: ranks share the pipe and must not interleave."""
     sys.stdout.write(json.dumps(obj) + "\n")

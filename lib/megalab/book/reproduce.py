@@ -288,7 +288,7 @@ def _copy_mathjax(app, exception) -> None:
     if not (src / "tex-chtml.js").exists():
         from sphinx.util import logging
         logging.getLogger(__name__).warning(
-            f"no MathJax in {src}: run tools/mathjax-setup.sh (make setup does), or formulas show as TeX")
+            f"no MathJax in {src}: run tools/mathjax-setup.sh (make book does), or formulas show as TeX")
         return
     shutil.copytree(src, Path(app.outdir) / "_static" / "mathjax", dirs_exist_ok=True)
 

@@ -10,11 +10,11 @@ from megalab.commands.shared import EXIT_OK, EXIT_RUN_FAILED, BadArgument, valid
 
 def cmd_run(ns) -> int:
     cfg = validated_config(ns)
+    _check_nodes(cfg, ns)
     if ns.dry_run:
         return _dry_run(cfg, ns)
     from megalab.runs.running import run
     launch_kw = {}
-    _check_nodes(cfg, ns)
     if ns.nnodes > 1:
         launch_kw.update(nnodes=ns.nnodes, node_rank=ns.node_rank, rdzv_endpoint=ns.rdzv_endpoint)
     result = run(cfg, mode=ns.mode, tags=ns.tag, timeout_s=ns.timeout, progress=not ns.json, quiet=ns.json,
@@ -58,13 +58,18 @@ def _check_nodes(cfg, ns) -> None:
 
 
 def _dry_run(cfg, ns) -> int:
-    """The trainer with --dry-run on CPU (gloo): model shards built, parameters counted per rank."""
+    """The trainer with --dry-run on CPU (gloo): model shards built, parameters counted per rank. Over several
+    nodes, node 0 keeps the record a live run would append (every node's machine under "nodes") in a store of
+    its own, <run folder>/results: it measured nothing, so it never joins the book's store."""
     from megalab.runs.launch import launch
-    outcome = launch(cfg, timeout_s=ns.timeout, progress=False, dry_run=True)
+    nodes = dict(nnodes=ns.nnodes, node_rank=ns.node_rank, rdzv_endpoint=ns.rdzv_endpoint) if ns.nnodes > 1 else {}
+    outcome = launch(cfg, timeout_s=ns.timeout, progress=False, dry_run=True, **nodes)
     parsed = outcome.parsed
+    kept = _keep_dry_record(cfg, outcome, ns) if nodes and ns.node_rank == 0 else None
     if ns.json:
         print(to_json({"status": outcome.status, "error": outcome.error, "run_dir": str(outcome.run_dir),
-                     "budget": parsed.budget, "params": parsed.params}))
+                     "budget": parsed.budget, "params": parsed.params, "nodes": parsed.nodes,
+                     "record": str(kept) if kept else None}))
     elif outcome.ok:
         print(f"{cfg.label}: dry run on CPU (gloo), {len(parsed.params)} rank(s)")
         print(f"{'rank':>4} {'tp':>3} {'pp':>3} {'ep':>3} {'params':>15}  init_checksum")
@@ -76,11 +81,23 @@ def _dry_run(cfg, ns) -> int:
             print(f"layout {b.get('layout')}, {b.get('params_total', 0):,} parameters in total, "
                   f"predicted memory {fmt(b.get('predicted_mem_gib'))} GiB per GPU")
         print(f"log: {outcome.run_dir / 'log.txt'}")
+        if kept:
+            print(f"record ({len(parsed.nodes)} nodes): {kept}")
     else:
         print(f"dry run {outcome.status}: {(outcome.error or {}).get('message')}", file=sys.stderr)
         print((outcome.error or {}).get("detail") or "", file=sys.stderr)
         print(f"log: {outcome.run_dir / 'log.txt'}", file=sys.stderr)
     return EXIT_OK if outcome.ok else EXIT_RUN_FAILED
+
+
+def _keep_dry_record(cfg, outcome, ns):
+    """Node 0's record of a dry run over several nodes, appended to <run folder>/results; returns that file."""
+    from megalab.machine.env import git_commit
+    from megalab.records.schema import make_record
+    from megalab.records.store import Store
+    store = Store(outcome.run_dir / "results")
+    store.append(make_record(cfg, outcome, git_commit=git_commit(), tags=["dry-run", *ns.tag]))
+    return store.path()
 
 
 def cmd_fit(ns) -> int:
@@ -103,9 +120,9 @@ def cmd_parity(ns) -> int:
 
 
 def cmd_slurm(ns) -> int:
-    from megalab.runs.launch import slurm_script
-    print(slurm_script(validated_config(ns), ns.nodes, ns.gpus_per_node, partition=ns.partition, time=ns.time,
-                       account=ns.account), end="")
+    from megalab.runs import slurm
+    print(slurm.script(validated_config(ns), ns.nodes, ns.gpus_per_node, partition=ns.partition, time=ns.time,
+                       account=ns.account, cpu=ns.cpu), end="")
     return EXIT_OK
 
 

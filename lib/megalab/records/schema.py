@@ -4,7 +4,8 @@
 A run record (schema 1): id, key and label of the RunConfig, the config itself, status and error,
 summary (metrics.summarize after the warm-up steps, plus startup and per-rank memory peaks), the
 per-step series, theory's prediction, the environment it ran in (GPU, driver, CUDA, torch, Megatron
-Core, Transformer Engine), git commit, time, tags, the run folder, and for a profiled run its kernels.
+Core, Transformer Engine), git commit, time, tags, the run folder, for a profiled run its kernels, and for
+a run over several nodes each node's environment ("nodes").
 """
 
 from __future__ import annotations
@@ -171,6 +172,7 @@ def make_record(cfg, outcome, predicted: dict | None = None, env: dict | None = 
         "series": {name: [s.get(name) for s in steps] for name in SERIES_FIELDS},
         "predicted": predicted or {},
         "env": {name: env.get(name) for name in ENV_FIELDS},
+        **({"nodes": [{name: n.get(name) for name in ENV_FIELDS} for n in parsed.nodes]} if parsed.nodes else {}),
         "git_commit": git_commit,
         "recorded_at": utc_now(),
         "tags": list(tags),
@@ -275,7 +277,15 @@ def type_problems(record: dict) -> list[str]:
            for name, want in types.items() if name in record and
            (not isinstance(record[name], want) or isinstance(record[name], bool))]
     config = record.get("config")
-    return out + (_config_type_problems(config) if isinstance(config, dict) else []) + _measurement_problems(record)
+    return (out + (_config_type_problems(config) if isinstance(config, dict) else []) + _measurement_problems(record)
+            + _nodes_problems(record))
+
+
+def _nodes_problems(record: dict) -> list[str]:
+    """A run over several nodes keeps each node's machine under "nodes" (a list of env objects); optional."""
+    nodes = record.get("nodes", [])
+    ok = isinstance(nodes, list) and all(isinstance(n, dict) for n in nodes)
+    return [] if ok else ["field 'nodes' should be a list of objects (each node's env)"]
 
 
 def record_problems(record) -> list[str]:
@@ -310,7 +320,7 @@ def record_problems(record) -> list[str]:
     wrong = _config_type_problems(record["config"])
     if wrong:
         return out + wrong
-    out += _measurement_problems(record)
+    out += _measurement_problems(record) + _nodes_problems(record)
     if record["status"] == "ok" and not record["summary"].get("step_time_s"):
         out.append("an ok run needs summary 'step_time_s' > 0")
     if record["status"] != "invalid":

@@ -84,7 +84,9 @@ def _check_data(cfg) -> None:
 def torchrun_command(cfg, run_dir, nnodes: int = 1, node_rank: int = 0, rdzv_endpoint: str | None = None,
                      nproc_per_node: int | None = None, extra: Iterable[str] = (),
                      rdzv_id: str | None = None, peer_dir: str | os.PathLike | None = None) -> list[str]:
-    """The argv that starts this run: one node (--standalone) or one node of several (c10d rendezvous).
+    """The argv that starts this run: one node (--standalone) or one node of several (static rendezvous at
+    node 0's host:port: the agent started with node_rank 0 holds global rank 0, whose lines node 0 records;
+    the c10d backend would number the agents by host name and process id instead).
 
     torchrun is invoked as `sys.executable -m torch.distributed.run` so the same Python (and venv)
     runs the workers, whatever `torchrun` is on PATH.
@@ -102,7 +104,7 @@ def torchrun_command(cfg, run_dir, nnodes: int = 1, node_rank: int = 0, rdzv_end
         if ":" not in rdzv_endpoint:
             rdzv_endpoint = f"{rdzv_endpoint}:{RDZV_PORT}"
         cmd += [f"--nnodes={nnodes}", f"--nproc_per_node={nproc_per_node}", f"--node-rank={node_rank}",
-                "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}", f"--rdzv-id={rdzv_id or cfg.key}"]
+                "--rdzv-backend=static", f"--rdzv-endpoint={rdzv_endpoint}", f"--rdzv-id={rdzv_id or cfg.key}"]
     if cfg.runner == "megatron-lm":  # the peer: Megatron-LM's own script (megalab.runs.peer)
         from megalab.runs import peer
         profile = peer.profile_args(run_dir) if "--profile" in extra else []  # the one trainer flag it takes
@@ -288,58 +290,3 @@ def launch(cfg, runs_root=None, timeout_s: float = DEFAULT_TIMEOUT_S, progress: 
         status, error = "failed", {"message": "the trainer exited 0 but reported no steps", "rank": None,
                                    "detail": "\n".join(text.splitlines()[-metrics.TRACEBACK_LINES:])}
     return RunOutcome(status, error, parsed, run_dir, proc.returncode)
-
-
-class InvalidSlurmOption(ValueError):
-    """An sbatch option or node split cannot make a working script; the message says what to change."""
-
-
-def _sbatch_word(name: str, value: str) -> str:
-    from megalab.usage import SAFE_WORD
-    if not SAFE_WORD.fullmatch(str(value)):
-        raise InvalidSlurmOption(f"{name}={value!r} cannot stand in an sbatch script: use letters, digits and "
-                                 f". _ , : + - only")
-    return shlex.quote(str(value))
-
-
-def slurm_script(cfg, nodes: int, gpus_per_node: int | None = None, partition: str | None = None,
-                 time: str = "01:00:00", account: str | None = None) -> str:
-    """An sbatch script that runs this configuration on `nodes` nodes: one srun task per node,
-    each a torchrun with gpus_per_node workers meeting at the first node (c10d rendezvous).
-    Every value written into it is checked (no spaces, newlines or shell characters) and shell-quoted."""
-    if nodes < 1 or (gpus_per_node is not None and gpus_per_node < 1):
-        raise InvalidSlurmOption(f"nodes={nodes}, gpus_per_node={gpus_per_node}: both must be 1 or more")
-    if gpus_per_node is None:
-        if cfg.gpus % nodes:
-            raise InvalidSlurmOption(f"gpus={cfg.gpus} does not split over {nodes} nodes: make gpus a multiple "
-                                     f"of nodes")
-        gpus_per_node = cfg.gpus // nodes
-    if nodes * gpus_per_node != cfg.gpus:
-        raise InvalidSlurmOption(f"nodes x gpus_per_node = {nodes * gpus_per_node} but the config has "
-                                 f"gpus={cfg.gpus}: make them equal")
-    cfg.validate()  # the name rule keeps the label to letters, digits and . _ - + (quoted below all the same)
-    q = shlex.quote
-    sbatch = [f"--job-name={q(f'megalab-{cfg.label}'[:80])}", f"--nodes={int(nodes)}", "--ntasks-per-node=1",
-              f"--gpus-per-node={int(gpus_per_node)}", f"--time={_sbatch_word('time', time)}",
-              "--output=runs/slurm-%j.log"]
-    if partition:
-        sbatch.append(f"--partition={_sbatch_word('partition', partition)}")
-    if account:
-        sbatch.append(f"--account={_sbatch_word('account', account)}")
-    args = " ".join(q(a) for a in _config_args(cfg))
-    exports = " ".join(f"{k}={q(v)}" for k, v in FORCED_ENV.items())
-    return "\n".join([
-        "#!/bin/bash",
-        *(f"#SBATCH {s}" for s in sbatch),
-        f"# {cfg.label}  (key {cfg.key})",
-        "set -euo pipefail",
-        f"export {exports}",
-        'export PYTHONPATH="$PWD/lib${PYTHONPATH:+:$PYTHONPATH}"',
-        'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-        f'run_dir={q(f"runs/{cfg.label}-")}"$SLURM_JOB_ID"',
-        'mkdir -p "$run_dir"',
-        f'srun python -m torch.distributed.run --nnodes "$SLURM_NNODES" --nproc_per_node {int(gpus_per_node)} \\',
-        f'    --rdzv-id "$SLURM_JOB_ID" --rdzv-backend c10d --rdzv-endpoint "$head:{RDZV_PORT}" \\',
-        f'    -m megalab.train {args} --run-dir "$run_dir"',
-        "",
-    ])

@@ -212,5 +212,5 @@ def _machine(c, gpus_available, te_available) -> list[str]:
         out.append(f"not enough GPUs: the layout needs gpus={c.gpus} but only {gpus_available} are "
                    f"available: lower dp, tp, pp or cp so that gpus <= {gpus_available}")
     if c.impl == "te" and te_available is False:
-        out.append("Transformer Engine is not installed: pass --impl local or install the [te] extra")
+        out.append("Transformer Engine is not installed: pass --impl local, or install it (make gpu-setup)")
     return out
