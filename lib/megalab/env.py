@@ -17,6 +17,7 @@ from importlib import metadata
 from pathlib import Path
 
 _SMI_TIMEOUT_S = 20
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")   # nvidia-smi underlines the topology's header row
 
 
 def repo_root() -> Path | None:
@@ -74,8 +75,10 @@ def parse_topology(text: str | None) -> str:
 
     The matrix has one row per GPU; a cell NV<k> means k bonded NVLinks between the two GPUs,
     PIX/PXB/PHB/NODE/SYS mean the path crosses PCIe switches, host bridges or the CPU interconnect.
+    The header row comes underlined (ANSI escapes around "GPU0 ... GPU NUMA ID"), stripped first: read as
+    is, its first GPU column is not counted and two GPUs joined by NVLink read as one GPU, "none".
     """
-    lines = [ln for ln in (text or "").splitlines() if ln.strip()]
+    lines = [ln for ln in _ANSI.sub("", text or "").splitlines() if ln.strip()]
     if not lines:
         return "unknown"
     header = lines[0].split()
