@@ -1,4 +1,7 @@
 """timings: which records time a step cleanly, by configuration and by the trainer that made them."""
+import re
+from pathlib import Path
+
 import pytest
 
 from megalab import timings
@@ -232,3 +235,33 @@ def test_median_interval_is_the_order_statistics_binomial_coverage_allows(n):
         assert 1 - 2 * binom.cdf(j - 1, n, 0.5) >= 0.95 > 1 - 2 * binom.cdf(j, n, 0.5)
     else:
         assert (lo, hi) == (1, n)
+
+
+# -- the book's timing cells ---------------------------------------------------------------------------
+BOOK = Path(__file__).resolve().parents[1] / "book"
+STEP_TIMES = re.compile(r"\btimed\(|\brepeats\(|step_time_s")
+ONE_GROUP = re.compile(r"timings\.group\(|one_group\(")
+# Code cells per notebook that read step times without reading one comparison group (timings.group, or a
+# hidden timings.one_group check on the records a figure reads): they compare across hosts, trainer revisions
+# or packed runs today. The counts only fall: a chapter moved to its groups lowers its own.
+ACROSS_GROUPS = {"01_data_parallel/data_parallel.ipynb": 12, "02_tensor_parallel/tensor_parallel.ipynb": 6,
+                 "03_sequence_parallel/sequence_parallel.ipynb": 9, "04_context_parallel/context_parallel.ipynb": 15,
+                 "05_pipeline_parallel/pipeline_parallel.ipynb": 7, "06_expert_parallel/expert_parallel.ipynb": 21,
+                 "07_choosing_a_layout/choosing_a_layout.ipynb": 3, "performance.ipynb": 8}
+
+
+def timing_cells(notebook: Path) -> list[int]:
+    """Indices of a notebook's code cells that read step times without reading one comparison group."""
+    import json
+    cells = json.loads(notebook.read_text())["cells"]
+    text = ["".join(c["source"]) for c in cells]
+    return [i for i, (c, s) in enumerate(zip(cells, text))
+            if c["cell_type"] == "code" and STEP_TIMES.search(s) and not ONE_GROUP.search(s)]
+
+
+def test_every_new_timing_cell_reads_one_group():
+    """No notebook gains a cell that compares step times outside a comparison group."""
+    found = {str(p.relative_to(BOOK)): len(timing_cells(p)) for p in sorted(BOOK.rglob("*.ipynb"))
+             if ".ipynb_checkpoints" not in p.parts}
+    over = {name: n for name, n in found.items() if n > ACROSS_GROUPS.get(name, 0)}
+    assert not over, f"cells reading step times outside timings.group (read a comparison group): {over}"
