@@ -139,6 +139,31 @@ def fingerprint() -> dict:
     }
 
 
+def parse_cpuinfo(text: str | None) -> dict:
+    """CPU model and whether the kernel runs under a hypervisor (the `hypervisor` CPU flag: a VM), from
+    /proc/cpuinfo."""
+    lines = (text or "").splitlines()
+    field = lambda name: next((ln.split(":", 1)[1].strip() for ln in lines  # noqa: E731
+                               if ln.split(":", 1)[0].strip() == name), None)
+    return {"cpu_model": field("model name"), "vm": "hypervisor" in (field("flags") or "").split()}
+
+
+def host() -> dict:
+    """What the host adds to a step, beside fingerprint(): CPU model and cores, VM or bare metal, the NCCL
+    version torch ships, and the GPUs' link matrix (`nvidia-smi topo -m`, escapes and legend stripped)."""
+    try:
+        info = parse_cpuinfo(Path("/proc/cpuinfo").read_text())
+    except OSError:
+        info = parse_cpuinfo(None)
+    try:
+        import torch
+        nccl = ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None
+    except (ImportError, AttributeError, RuntimeError):
+        nccl = None
+    topo = _ANSI.sub("", _smi("topo", "-m") or "").split("Legend:")[0].rstrip() or None
+    return {**info, "cpu_count": os.cpu_count(), "nccl": nccl, "topology": topo}
+
+
 def local_peak_tflops() -> float | None:
     """Dense bf16 peak of this machine's GPU model (megalab.hardware); None without a GPU the table knows."""
     from megalab import hardware
