@@ -86,8 +86,11 @@ def test_the_layout_stopped_at_exit_trained_every_step():
 
 
 def test_the_store_answers_every_run():
+    """Every run, the comparison group aside until its records are imported (then it leaves the plan whole)."""
     for gpus in (2, 4):
-        assert recording.plan("ch05", gpus=gpus, missing_only=True) == []
+        groups = [line for g in specs.groups(chapters.runs("ch05", gpus)) if not recording.is_recorded(g)
+                  for line in g.plan_lines()]
+        assert recording.plan("ch05", gpus=gpus, missing_only=True) == groups
     assert recording.plan("ch05", gpus=2, gpu="H100", missing_only=True) == []
 
 

@@ -1,4 +1,6 @@
 """megalab.book.chapters, megalab.book.specs, megalab.book.recording: each chapter's runs, and the GPU plan printed from them."""
+from pathlib import Path
+
 import pytest
 
 from megalab.book import chapters, recording, specs
@@ -43,6 +45,9 @@ def test_fit_window_brackets_the_prediction():
 
 def test_plan_orders_baselines_first_and_parity_after_its_references(tmp_path):
     lines = recording.plan("ch02", gpus=4, store=Store(tmp_path))
+    group = chapters.tensor_parallel(4)["groups"]["tp"]
+    assert lines[:len(group.plan_lines())] == group.plan_lines()            # the comparison group first, whole
+    lines = lines[len(group.plan_lines()):]
     assert lines[0].startswith("ch02! ") and "--tp 1 " in lines[0]          # a timing baseline, alone
     wait = lines.index("wait")
     assert all(" parity " in f" {line} " for line in lines[wait + 1:])
@@ -53,9 +58,12 @@ def test_plan_orders_baselines_first_and_parity_after_its_references(tmp_path):
 
 
 def test_missing_plan_is_empty_when_everything_is_recorded(tmp_path):
-    """--missing drops what the store answers; the committed results answer every current chapter."""
-    assert recording.plan("ch02", missing_only=True) == []
-    assert recording.plan("ch01", missing_only=True) == []
+    """--missing drops what the store answers; the committed results answer every current chapter's runs
+    (a comparison group's lines stay until its records are imported: each group whole, or not at all)."""
+    for chapter in ("ch02", "ch01"):
+        found = chapters.runs(chapter, 4)
+        missing = recording.plan(chapter, missing_only=True)
+        assert missing == [line for g in specs.groups(found) if not recording.is_recorded(g) for line in g.plan_lines()]
     assert recording.plan("ch01", missing_only=True, store=Store(tmp_path))  # an empty store answers nothing
 
 
@@ -123,3 +131,63 @@ def test_every_chapter_module_is_small_and_defines_runs_only():
         public = {n for n in vars(module) if not n.startswith("_") and callable(getattr(module, n))
                   and getattr(getattr(module, n), "__module__", None) == module.__name__}
         assert public <= {"runs", "pending"}, (key, public)
+
+
+# -- comparison groups ---------------------------------------------------------------------------------
+AXIS_PLAN = Path(__file__).parent / "data" / "axis_plan.txt"   # the first comparison groups' plan (4x H200)
+
+
+def test_chapter_groups_print_the_recorded_plan():
+    """ch02's, ch05's and ch01's groups print the plan their records come from, line for line: each
+    configuration alone, alternated A B C A B C, tagged group.<chapter>.<lesson>, then the profiled run;
+    a warm-up run (the group's widest configuration) before each group."""
+    lines = [line for chapter in ("ch02", "ch05", "ch01") for g in specs.groups(chapters.runs(chapter, 4))
+             for line in g.plan_lines()]
+    want = [line for line in AXIS_PLAN.read_text().splitlines() if line.startswith("group.")]
+    assert [line for line in lines if line.startswith("group.")] == want
+    starts = [i for i, line in enumerate(lines) if line.startswith("warmup! ")]
+    assert len(starts) == 3 and starts[0] == 0
+    for i in starts:
+        tag = lines[i + 1].split(" ", 1)[0]
+        block = lines[i + 1:next((j for j in starts if j > i), len(lines))]
+        assert all(line.split(" ", 1)[0] == tag for line in block) and block[-1].endswith(" --profile")
+        assert "--iters 20 " in lines[i] and all("--iters 40 " in line for line in block)
+
+
+@pytest.mark.parametrize("gpus", [1, 2, 4, 8])
+def test_groups_are_named_by_chapter_and_stay_out_of_items(gpus):
+    for chapter in ("ch01", "ch02", "ch05"):
+        found = chapters.runs(chapter, gpus)
+        groups = list(specs.groups(found))
+        assert groups and all(g.name.startswith(chapter + ".") for g in groups)
+        assert not any(isinstance(i, specs.Group) for i in specs.items(found))
+        for g in groups:
+            assert g.rounds >= 2 and g.tag == f"group.{g.name}"
+            for cfg in g.configs:
+                cfg.validate()
+                assert cfg.iters == specs.GROUP_ITERS
+    assert chapters.runs("ch01", 4)["groups"]["dp_weak"].name == "ch01.dp-weak"
+
+
+def test_a_group_needs_distinct_configurations_two_rounds_and_a_member_profiled():
+    cfg = chapters.tensor_parallel(2)["strong"][0]
+    for bad in ({"configs": []}, {"configs": [cfg, cfg]}, {"rounds": 1}, {"profiled": 1}):
+        with pytest.raises(ValueError, match="group ch02.x"):
+            specs.Group(**{"name": "ch02.x", "configs": [cfg], **bad})
+
+
+def test_a_group_is_recorded_when_every_configuration_ran_each_round_and_its_profile(tmp_path):
+    from run_records import record
+    group = chapters.pipeline_parallel(2)["groups"]["vpp"]
+    store = Store(tmp_path)
+    assert not recording.is_recorded(group, store)
+    assert recording.plan("ch05", missing_only=True, store=store)[:len(group.plan_lines())] == group.plan_lines()
+    runs = [record(c, tags=[group.tag], at=f"2030-01-01T00:0{i}:00Z") for i, c in enumerate(group.configs * 2)]
+    for r in runs[:-1]:
+        store.append(r)
+    assert not recording.is_recorded(group, store)                         # one round short
+    store.append(runs[-1])
+    assert not recording.is_recorded(group, store)                         # no profiled run
+    store.append(record(group.configs[1], tags=[group.tag, "profile"], at="2030-01-01T00:09:00Z"))
+    assert recording.is_recorded(group, store)
+    assert not any(line.startswith(group.tag) for line in recording.plan("ch05", missing_only=True, store=store))

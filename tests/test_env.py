@@ -33,6 +33,16 @@ def test_parse_topology(text, expected):
     assert env.parse_topology(text) == expected
 
 
+def test_an_underlined_two_gpu_matrix_is_nvlink():
+    """nvidia-smi underlines the header row (ANSI escapes) on 2xH200 NV18 hosts: it still reads as NVLink."""
+    from pathlib import Path
+    text = (Path(__file__).parent / "data" / "topo_2xh200_nv18.txt").read_text()
+    assert "\x1b[4mGPU0" in text
+    assert env.parse_topology(text) == "NVLink (NV18)"
+    assert env.parse_topology(text.replace("NV18", "PHB")) == "PCIe"
+    assert env.parse_topology("\t\x1b[4mGPU0\tCPU Affinity\x1b[0m\nGPU0\t X \t0-31\n") == "none"
+
+
 def test_parse_gpu_query():
     rows = env.parse_gpu_query("NVIDIA H200, 143771, 580.95.05\nNVIDIA H200, 143771, 580.95.05\n")
     assert len(rows) == 2 and rows[0] == {"name": "NVIDIA H200", "mem_gib": 140.4, "driver": "580.95.05"}

@@ -1,4 +1,9 @@
 """timings: which records time a step cleanly, by configuration and by the trainer that made them."""
+import re
+from pathlib import Path
+
+import pytest
+
 from megalab.records import timings
 from megalab.records.store import Store
 
@@ -134,3 +139,129 @@ def test_graph_call_reads_the_newest_call_in_the_order_it_ran(tmp_path):
     store.append(short)
     with pytest.raises(ValueError, match="different steps"):
         timings.graph_call(store, CFG, "H200")
+
+
+# -- comparison groups (specs.Group) ---------------------------------------------------------------------
+A, B = CFG, CFG.replace(tp=1, pp=2)   # two configurations of one group
+HOST = {"gpu_name": "NVIDIA H200", "gpu_count": 2, "hostname": "vm", "cpu_count": 64}
+
+
+def _member(cfg, ms, at, tags=("group.ch09.demo",), commit="c0ffee0", host=HOST, spread=0.0, profile=None):
+    """A group's run of cfg: 3 warm-up steps, then 37 steps around `ms` (± spread, alternating)."""
+    rec = _record(cfg, gpu=host["gpu_name"], tags=list(tags), at=at, git_commit=commit, env=dict(host))
+    steps = [0.9] * 3 + [ms / 1e3 * (1 + spread * (-1) ** i * (i % 5) / 4) for i in range(37)]
+    rec["series"]["step_time_s"] = steps
+    rec["summary"]["step_time_s"] = sorted(steps[3:])[18]
+    if profile is not None:   # kernels busy `profile` ms in all, two overlapping, the third right after
+        rec["profile"] = {"timeline": {"columns": ["category", "start_ms", "duration_ms", "stream"], "step": 5,
+                                       "kernels": [["gemm", 0.0, profile / 2, 7], ["gemm", 1.0, profile / 2, 8],
+                                                   ["nccl", 1.0 + profile / 2, profile / 2 - 1.0, 9]]}}
+    return rec
+
+
+def _recording(store, commit="c0ffee0", host=HOST, day="2030-01-01", a_ms=100.0, spread=0.0):
+    """A B A B, then B profiled: one recording of group ch09.demo."""
+    for i, (cfg, ms) in enumerate(((A, a_ms), (B, 80.0)) * 2):
+        store.append(_member(cfg, ms, f"{day}T00:0{i}:00Z", commit=commit, host=host, spread=spread))
+    store.append(_member(B, 200.0, f"{day}T00:05:00Z", tags=("group.ch09.demo", "profile"), commit=commit,
+                         host=host, profile=60.0))
+
+
+def test_a_group_reads_its_newest_recording_per_configuration(tmp_path):
+    """One row per configuration in the order first run: its runs, the median of every timed step and its
+    95% interval, MFU, and on the profiled configuration's row the GPU-busy share of its profiled step
+    (kernels' union over the median step). An older recording on another host, a warm-up run and another
+    group's runs stay out."""
+    from megalab import theory
+    store = Store(tmp_path)
+    _recording(store, commit="0ld0000", host={**HOST, "cpu_count": 32}, day="2029-12-01", a_ms=150.0)
+    store.append(_member(A, 500.0, "2030-01-01T00:00:00Z", tags=("warmup",)))
+    store.append(_member(A, 500.0, "2030-01-01T00:00:00Z", tags=("group.ch09.other",)))
+    _recording(store, spread=0.004)
+    df = timings.group(store, "group.ch09.demo", "H200")
+    assert list(df.index) == [A.label, B.label] and list(df["runs"]) == [2, 2]
+    assert df.loc[A.label, "median_ms"] == pytest.approx(100.0) and df.loc[B.label, "median_ms"] == pytest.approx(80.0)
+    assert (df["lo_ms"] <= df["median_ms"]).all() and (df["median_ms"] <= df["hi_ms"]).all()
+    assert not df["wide"].any() and df.attrs["wide"] == [] and (df["half"] <= timings.TIGHT).all()
+    assert df.loc[A.label, "mfu"] == pytest.approx(theory.mfu(A, 0.1, "H200"))
+    assert df.loc[B.label, "gpu_busy"] == pytest.approx(60.0 / 80.0) and df["gpu_busy"].isna().sum() == 1
+    assert df.attrs["gpu_busy"] == pytest.approx(60.0 / 80.0) and df.attrs["profiled"] == B.label
+    assert df.attrs["commit"] == "c0ffee0" and "64 CPUs" in df.attrs["host"] and df.attrs["name"] == "ch09.demo"
+    assert timings.group(store, "ch09.demo", "H200").equals(df)
+
+
+def test_a_group_whose_interval_is_wider_than_two_percent_is_flagged(tmp_path):
+    store = Store(tmp_path)
+    _recording(store, spread=0.2)
+    df = timings.group(store, "ch09.demo", "H200")
+    assert df["wide"].all() and df.attrs["wide"] == [A.label, B.label]
+
+
+def test_timings_refuse_to_compare_runs_of_several_groups_hosts_commits_or_trainers(tmp_path):
+    """Each refusal is one line naming what differs; a packed run in a group's recording refuses the group."""
+    from megalab.runs.running import NotRecorded
+    one = [_member(A, 100.0, "2030-01-01T00:00:00Z"), _member(B, 80.0, "2030-01-01T00:01:00Z")]
+    assert timings.one_group(one) == "ch09.demo"
+    cases = {"groups ch09.demo, ch09.other": _member(B, 80.0, "2030-01-01T00:02:00Z", tags=("group.ch09.other",)),
+             "in no comparison group": _member(B, 80.0, "2030-01-01T00:02:00Z", tags=("side",)),
+             "shared its host .packed.": _member(B, 80.0, "2030-01-01T00:02:00Z", tags=("group.ch09.demo", "packed")),
+             "warm-up run": _member(B, 80.0, "2030-01-01T00:02:00Z", tags=("group.ch09.demo", "warmup")),
+             "mixes hosts": _member(B, 80.0, "2030-01-01T00:02:00Z", host={**HOST, "cpu_count": 32}),
+             "mixes commits": _member(B, 80.0, "2030-01-01T00:02:00Z", commit="beef000"),
+             "mixes trainer revisions": _member(B, 80.0, "2025-01-01T00:00:00Z")}
+    for reason, other in cases.items():
+        with pytest.raises(timings.NotOneGroup, match=reason) as e:
+            timings.one_group([*one, other])
+        assert "\n" not in str(e.value)
+    store = Store(tmp_path)
+    with pytest.raises(NotRecorded, match="megalab experiments ch09"):
+        timings.group(store, "ch09.demo", "H200")
+    _recording(store)
+    store.append(cases["shared its host .packed."])
+    with pytest.raises(timings.NotOneGroup, match="packed"):
+        timings.group(store, "ch09.demo", "H200")
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 6, 7, 20, 37, 74, 111, 300])
+def test_median_interval_is_the_order_statistics_binomial_coverage_allows(n):
+    """x(j)..x(n+1-j), j the largest with P(Binomial(n, 1/2) < j) <= 2.5%: coverage >= 95% from n = 6 on,
+    and one order statistic narrower would fall under it."""
+    from scipy.stats import binom
+    xs = [float(i) for i in range(1, n + 1)]
+    lo, hi = timings.median_interval(xs[::-1])
+    j = int(lo)
+    assert hi == n + 1 - j and lo <= sorted(xs)[(n - 1) // 2] <= hi
+    if n >= 6:
+        assert 1 - 2 * binom.cdf(j - 1, n, 0.5) >= 0.95 > 1 - 2 * binom.cdf(j, n, 0.5)
+    else:
+        assert (lo, hi) == (1, n)
+
+
+# -- the book's timing cells ---------------------------------------------------------------------------
+BOOK = Path(__file__).resolve().parents[1] / "book"
+STEP_TIMES = re.compile(r"\btimed\(|\brepeats\(|step_time_s")
+ONE_GROUP = re.compile(r"timings\.group\(|one_group\(")
+# Code cells per notebook that read step times without reading one comparison group (timings.group, or a
+# hidden timings.one_group check on the records a figure reads): they compare across hosts, trainer revisions
+# or packed runs today. The counts only fall: a chapter moved to its groups lowers its own.
+ACROSS_GROUPS = {"01_data_parallel/data_parallel.ipynb": 12, "02_tensor_parallel/tensor_parallel.ipynb": 6,
+                 "03_sequence_parallel/sequence_parallel.ipynb": 9, "04_context_parallel/context_parallel.ipynb": 15,
+                 "05_pipeline_parallel/pipeline_parallel.ipynb": 7, "06_expert_parallel/expert_parallel.ipynb": 21,
+                 "07_choosing_a_layout/choosing_a_layout.ipynb": 3, "performance.ipynb": 8}
+
+
+def timing_cells(notebook: Path) -> list[int]:
+    """Indices of a notebook's code cells that read step times without reading one comparison group."""
+    import json
+    cells = json.loads(notebook.read_text())["cells"]
+    text = ["".join(c["source"]) for c in cells]
+    return [i for i, (c, s) in enumerate(zip(cells, text))
+            if c["cell_type"] == "code" and STEP_TIMES.search(s) and not ONE_GROUP.search(s)]
+
+
+def test_every_new_timing_cell_reads_one_group():
+    """No notebook gains a cell that compares step times outside a comparison group."""
+    found = {str(p.relative_to(BOOK)): len(timing_cells(p)) for p in sorted(BOOK.rglob("*.ipynb"))
+             if ".ipynb_checkpoints" not in p.parts}
+    over = {name: n for name, n in found.items() if n > ACROSS_GROUPS.get(name, 0)}
+    assert not over, f"cells reading step times outside timings.group (read a comparison group): {over}"

@@ -1,14 +1,16 @@
 """The GPU host's recording plan, printed from the chapters' run definitions.
 
 `megalab experiments ch01 --missing` lists what results/ does not answer yet, as tools/gpu/pack.py
-lines (`<tag> <megalab args>`), in an order that keeps the host busy and times baselines alone.
+lines (`<tag> <megalab args>`), in an order that keeps the host busy and times baselines alone. A chapter's
+comparison groups (specs.Group) come first, each as one block: a warm-up run, its configurations alternated
+(A B C A B C), its profiled run, every line alone on the host.
 """
 
 from __future__ import annotations
 
 from megalab.book import chapters
 from megalab.runs.config import RunConfig
-from megalab.book.specs import Fit, Parity, Profiled, items, line_for
+from megalab.book.specs import Fit, Group, Parity, Profiled, groups, items, line_for
 
 __all__ = ["is_recorded", "plan"]
 
@@ -23,6 +25,8 @@ def is_recorded(item, store=None) -> bool:
     every step and only its exit was cut (records.trained)."""
     from megalab.runs.running import SETTLED, NotRecorded, run
     from megalab.runs.sweep import ProbeFailed
+    if isinstance(item, Group):
+        return _group_recorded(item, store)
     try:
         if isinstance(item, RunConfig):
             found = run(item, mode="cached", store=store, quiet=True)
@@ -35,6 +39,18 @@ def is_recorded(item, store=None) -> bool:
     if isinstance(item, Profiled):
         return result.status in SETTLED
     return True
+
+
+def _group_recorded(group: Group, store) -> bool:
+    """Every configuration of the group timed `rounds` times, and its profiled run, in one recording
+    (timings.group: one host, commit and trainer)."""
+    from megalab.records.timings import NotOneGroup, group_runs, loose_key
+    try:
+        timed, profiled = group_runs(store, group.name, _gpu_of(group) or "H200")
+    except (LookupError, NotOneGroup):
+        return False
+    counts = [sum(loose_key(c) == loose_key(cfg) for c, _ in timed) for cfg in group.configs]
+    return profiled is not None and min(counts) >= group.rounds
 
 
 SOLO_SERIES = ("weak", "weak_large", "weak_mbs16", "strong", "one_stage")  # their 1-GPU points are scaling baselines: timed alone
@@ -78,6 +94,9 @@ def _jobs(chapter: str, gpus: int, gpu: str, missing_only: bool, store, pending:
             jobs.append((7, line))
         else:
             jobs.append((1, line))
+    for group in groups(found):   # first, each a block: the warm-up run sets a fresh host going
+        if (_gpu_of(group) or "H200") == gpu and not (missing_only and is_recorded(group, store)):
+            jobs += [(-1, line) for line in group.plan_lines()]
     jobs.sort(key=lambda j: j[0])
     if any(o == 7 for o, _ in jobs):
         jobs.insert(next(i for i, (o, _) in enumerate(jobs) if o == 7), (6, "wait"))

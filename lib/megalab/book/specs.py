@@ -1,4 +1,5 @@
-"""What a chapter asks the GPUs for: one run (a RunConfig), a fit search, a parity pair, a profiled run.
+"""What a chapter asks the GPUs for: one run (a RunConfig), a fit search, a parity pair, a profiled run,
+a comparison group (runs timed back to back on one host, alternated: the only runs a step-time comparison reads).
 
 Chapter modules (megalab.book.chapters) build their runs from these; megalab.book.recording prints the GPU host's
 plan from the same objects, so the book and its records cannot drift apart. Every chapter takes `gpus`,
@@ -13,10 +14,12 @@ from dataclasses import dataclass
 from megalab.runs.config import RunConfig
 from megalab.runs.flags import config_to_args
 
-__all__ = ["items", "ITERS", "PARITY_ITERS", "degrees", "sizing_gpu", "predicted_largest", "Fit", "Parity", "Profiled"]
+__all__ = ["items", "groups", "ITERS", "PARITY_ITERS", "GROUP_ITERS", "degrees", "sizing_gpu", "predicted_largest",
+           "Fit", "Parity", "Profiled", "Group"]
 
 ITERS = 20          # steps per measured run: 3 warm-up steps dropped (metrics.WARMUP_STEPS), median of the rest
 PARITY_ITERS = 50   # steps per loss-parity run
+GROUP_ITERS = 40    # steps per run of a comparison group: 37 timed, 74 per configuration over two rounds
 
 
 def degrees(gpus: int) -> list[int]:
@@ -117,13 +120,61 @@ class Profiled:
         return line_for(tag, "run", self.cfg, "--profile")
 
 
+@dataclass(frozen=True)
+class Group:
+    """A comparison group: `configs` timed back to back on one host, each run alone, after a warm-up run,
+    alternated A B C A B C for `rounds` rounds (at least 2; 3 where the difference claimed is under 10%),
+    and one profiled run of `configs[profiled]` (its GPU-busy share). A figure that compares step times
+    reads one group (megalab.timings.group). `name` is "<chapter>.<lesson>" ("ch02.tp"); its records carry
+    the tag "group.<name>". `gpu` as for a Fit (None: the plan's default H200)."""
+
+    name: str
+    configs: tuple[RunConfig, ...]
+    rounds: int = 2
+    profiled: int = 0
+    gpu: str | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "configs", tuple(self.configs))
+        keys = [c.key for c in self.configs]
+        if not keys or len(set(keys)) < len(keys):
+            raise ValueError(f"group {self.name}: give it distinct configurations (got {len(keys)}, "
+                             f"{len(set(keys))} distinct)")
+        if self.rounds < 2:
+            raise ValueError(f"group {self.name}: rounds={self.rounds}, alternate at least 2 rounds (A B A B)")
+        if not 0 <= self.profiled < len(keys):
+            raise ValueError(f"group {self.name}: profiled={self.profiled} is not one of its "
+                             f"{len(keys)} configurations")
+
+    @property
+    def tag(self) -> str:
+        return f"group.{self.name}"
+
+    @property
+    def warmup(self) -> RunConfig:
+        """The run that warms the host first (the first run on a fresh host is slow): the group's widest
+        configuration, at the usual ITERS steps."""
+        return max(self.configs, key=lambda c: c.gpus).replace(iters=ITERS)
+
+    def plan_lines(self) -> list[str]:
+        """pack.py lines: the warm-up, the configurations alternated `rounds` times, the profiled run; each
+        alone on the host (`!`)."""
+        from megalab.records import WARMUP_TAG
+        timed = [line_for(f"{self.tag}!", "run", c) for _ in range(self.rounds) for c in self.configs]
+        return [line_for(f"{WARMUP_TAG}!", "run", self.warmup), *timed,
+                line_for(f"{self.tag}!", "run", self.configs[self.profiled], "--profile")]
+
+
 def line_for(tag: str, sub: str, cfg: RunConfig, *extra) -> str:
     words = ([] if sub == "run" else [sub]) + config_to_args(cfg) + [str(x) for x in extra]
     return f"{tag} {shlex.join(words)}"
 
 
 def items(value):
-    """Every run or question in a chapter's dict (nested lists and dicts walked in order)."""
+    """Every run or question in a chapter's dict (nested lists and dicts walked in order), comparison groups
+    aside (`groups`: their runs are planned and read apart, alternated on one host)."""
+    if isinstance(value, Group):
+        return
     if isinstance(value, dict):
         for v in value.values():
             yield from items(v)
@@ -132,3 +183,14 @@ def items(value):
             yield from items(v)
     else:
         yield value
+
+
+def groups(value):
+    """Every comparison group (Group) in a chapter's dict, in order."""
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, Group):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from groups(v)

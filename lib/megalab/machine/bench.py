@@ -1,11 +1,15 @@
 """Know your machine: the ceilings every later number is measured against.
 
-    megalab bench --gpus 4                 # matmul, HBM copy, NCCL collectives on 2 and 4 GPUs
+    megalab bench --gpus 4                 # matmul, HBM copy, kernel launch, NCCL collectives on 2 and 4 GPUs
     python -m megalab.machine.bench --gpus 4       # the same
+    megalab bench --only launch            # one benchmark (matmul, hbm, launch or nccl)
 
 Measures, on the GPUs of this host, and appends one record per point to ``results/bench.jsonl``:
 - ``matmul``: bf16 (and fp8 on Hopper) C = A·B for square sizes, TFLOP/s = 2·n³ / time;
 - ``hbm``: a device-to-device copy, bandwidth = (bytes read + bytes written) / time;
+- ``launch``: what the host costs per kernel: host µs to launch one tiny eager kernel, wall µs per eager kernel
+  (launch-bound), and per kernel replayed from a CUDA graph; with the host beside it (env.host: CPU model and
+  cores, VM or bare metal, NCCL version, link topology). A step of many small kernels waits on these;
 - ``nccl``: all_reduce, all_gather, reduce_scatter, all_to_all from 1 KiB to 1 GiB on 2..N GPUs.
   Bus bandwidth follows nccl-tests (PERFORMANCE.md): algbw = size / time, busbw = algbw · 2(n−1)/n for
   all-reduce and algbw · (n−1)/n for all-gather, reduce-scatter and all-to-all, so that busbw is comparable
@@ -25,6 +29,8 @@ import uuid
 from datetime import datetime, timezone
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+BENCHES = ("matmul", "hbm", "launch", "nccl")
+LAUNCHES = 20000   # tiny kernels per launch measurement
 
 
 def bus_bandwidth(op: str, size_bytes: int, time_s: float, n: int) -> tuple[float, float]:
@@ -78,6 +84,38 @@ def _hbm(sizes):
                "gbs": 2 * size / t / 1e9, "gpus": 1}
 
 
+def _launch(n: int = LAUNCHES):
+    """Host µs per eager launch of a tiny kernel (add_ on one element), wall µs per eager kernel, and wall µs
+    per kernel replayed from a CUDA graph of 100 such kernels."""
+    import time
+
+    import torch
+    from megalab import env
+    x = torch.zeros(1, device="cuda")
+    for _ in range(1000):
+        x.add_(1)
+    torch.cuda.synchronize()  # CPU-GPU sync point
+    t = time.perf_counter()
+    for _ in range(n):
+        x.add_(1)
+    host = time.perf_counter() - t
+    torch.cuda.synchronize()
+    eager = time.perf_counter() - t
+    graph, side = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    with torch.cuda.stream(side), torch.cuda.graph(graph):
+        for _ in range(100):
+            x.add_(1)
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(n // 100):
+        graph.replay()
+    torch.cuda.synchronize()
+    replayed = time.perf_counter() - t
+    yield {"bench": "launch", "kernels": n, "eager_launch_host_us": 1e6 * host / n,
+           "eager_kernel_wall_us": 1e6 * eager / n, "graph_kernel_wall_us": 1e6 * replayed / n, "gpus": 1,
+           "host": env.host()}
+
+
 def _collective(op, size, group, n, rank):
     """One timed collective of ``size`` bytes per rank's input (nccl-tests 'size' convention)."""
     import torch
@@ -112,13 +150,17 @@ def _measure(args) -> list[dict]:
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     rows: list[dict] = []
-    if rank == 0:
+    only = set(args.only or BENCHES)
+    if rank == 0 and "matmul" in only:
         matmul_sizes = [256, 512, 1024, 2048, 4096, 8192, 16384]
         rows += list(_matmul(matmul_sizes, fp8=False))
         if torch.cuda.get_device_capability() >= (8, 9):
             rows += list(_matmul(matmul_sizes, fp8=True))
+    if rank == 0 and "hbm" in only:
         rows += list(_hbm([1 << 24, 1 << 26, 1 << 28, 1 << 30, 1 << 32]))
-    if world > 1:
+    if rank == 0 and "launch" in only:
+        rows += list(_launch())
+    if world > 1 and "nccl" in only:
         dist.init_process_group("nccl", device_id=torch.device("cuda", int(os.environ["LOCAL_RANK"])))
         sizes = [1 << p for p in range(10, 31, 2)]  # 1 KiB .. 1 GiB
         counts = [n for n in (2, 4, 8) if n <= world]
@@ -198,19 +240,44 @@ def best_matmul_tflops(dtype: str = "bf16", gpu: str | None = None, store=None) 
     return float(rows["tflops"].max())
 
 
+def launch_overhead(gpu: str | None = None, store=None) -> dict:
+    """The newest `launch` record (of GPU model `gpu`, e.g. "H200"): eager_launch_host_us,
+    eager_kernel_wall_us, graph_kernel_wall_us, and its host (env.host)."""
+    df = load("launch", store=store, gpu=gpu)
+    if df.empty:
+        from megalab.runs.running import NotRecorded
+        on = f" on {gpu}" if gpu else ""
+        raise NotRecorded(f"no launch benchmark{on}: run `megalab bench --only launch` on that host")
+    row = df.sort_values("recorded_at").iloc[-1]
+    return {k: row[k] for k in ("eager_launch_host_us", "eager_kernel_wall_us", "graph_kernel_wall_us", "host")}
+
+
+def describe(row: dict) -> str:
+    """One line for a bench point, as `megalab bench` prints it."""
+    if row["bench"] == "launch":
+        return (f"launch  host {row['eager_launch_host_us']:.1f} us per eager launch, {row['eager_kernel_wall_us']:.1f}"
+                f" us per eager kernel, {row['graph_kernel_wall_us']:.2f} us per graphed kernel")
+    what = row.get("op") or row["dtype"]
+    val = row.get("tflops") or row.get("gbs") or row.get("busbw_gbs")
+    return f"{row['bench']:7s} {what:15s} gpus={row['gpus']} size={row.get('size_bytes') or row.get('m')}: {val:.1f}"
+
+
 def main(argv=None) -> int:
     from megalab.usage import Parser, positive_int
     p = Parser(prog="megalab bench", description=__doc__.splitlines()[0])
     p.add_argument("--gpus", type=positive_int, default=None, help="GPUs to use (default: all visible)")
+    p.add_argument("--only", choices=BENCHES, action="append", help="run this benchmark only (repeatable; "
+                   "default: all)")
     args = p.parse_args(argv)
     if "LOCAL_RANK" not in os.environ:  # not under torchrun yet: relaunch ourselves, one process per GPU
         import torch
-        gpus = args.gpus or torch.cuda.device_count()
+        one = set(args.only or BENCHES) <= {"matmul", "hbm", "launch"}   # one GPU's benchmarks only
+        gpus = args.gpus or (1 if one else torch.cuda.device_count())
         if gpus < 1:
             print("megalab bench needs at least one CUDA GPU", file=sys.stderr)
             return 2
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={gpus}",
-               "-m", "megalab.machine.bench", f"--gpus={gpus}"]
+               "-m", "megalab.machine.bench", f"--gpus={gpus}", *(f"--only={b}" for b in args.only or ())]
         env = {**os.environ, "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
                "NVSHMEM_DISABLE_NVLS": "1"}
         return subprocess.call(cmd, env=env)
@@ -221,10 +288,7 @@ def main(argv=None) -> int:
         for rec in _record(rows):
             store.append(rec)
         for r in rows:
-            what = r.get("op") or r["dtype"]
-            val = r.get("tflops") or r.get("gbs") or r.get("busbw_gbs")
-            print(f"{r['bench']:7s} {what:15s} gpus={r['gpus']} "
-                  f"size={r.get('size_bytes') or r.get('m')}: {val:.1f}", flush=True)
+            print(describe(r), flush=True)
     return 0
 
 

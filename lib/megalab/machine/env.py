@@ -17,6 +17,7 @@ from importlib import metadata
 from pathlib import Path
 
 _SMI_TIMEOUT_S = 20
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")   # nvidia-smi underlines the topology's header row
 
 
 def repo_root() -> Path | None:
@@ -74,8 +75,10 @@ def parse_topology(text: str | None) -> str:
 
     The matrix has one row per GPU; a cell NV<k> means k bonded NVLinks between the two GPUs,
     PIX/PXB/PHB/NODE/SYS mean the path crosses PCIe switches, host bridges or the CPU interconnect.
+    The header row comes underlined (ANSI escapes around "GPU0 ... GPU NUMA ID"), stripped first: read as
+    is, its first GPU column is not counted and two GPUs joined by NVLink read as one GPU, "none".
     """
-    lines = [ln for ln in (text or "").splitlines() if ln.strip()]
+    lines = [ln for ln in _ANSI.sub("", text or "").splitlines() if ln.strip()]
     if not lines:
         return "unknown"
     header = lines[0].split()
@@ -134,6 +137,31 @@ def fingerprint() -> dict:
         "hostname": socket.gethostname(),
         "cpu_count": os.cpu_count(),
     }
+
+
+def parse_cpuinfo(text: str | None) -> dict:
+    """CPU model and whether the kernel runs under a hypervisor (the `hypervisor` CPU flag: a VM), from
+    /proc/cpuinfo."""
+    lines = (text or "").splitlines()
+    field = lambda name: next((ln.split(":", 1)[1].strip() for ln in lines  # noqa: E731
+                               if ln.split(":", 1)[0].strip() == name), None)
+    return {"cpu_model": field("model name"), "vm": "hypervisor" in (field("flags") or "").split()}
+
+
+def host() -> dict:
+    """What the host adds to a step, beside fingerprint(): CPU model and cores, VM or bare metal, the NCCL
+    version torch ships, and the GPUs' link matrix (`nvidia-smi topo -m`, escapes and legend stripped)."""
+    try:
+        info = parse_cpuinfo(Path("/proc/cpuinfo").read_text())
+    except OSError:
+        info = parse_cpuinfo(None)
+    try:
+        import torch
+        nccl = ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None
+    except (ImportError, AttributeError, RuntimeError):
+        nccl = None
+    topo = _ANSI.sub("", _smi("topo", "-m") or "").split("Legend:")[0].rstrip() or None
+    return {**info, "cpu_count": os.cpu_count(), "nccl": nccl, "topology": topo}
 
 
 def local_peak_tflops() -> float | None:

@@ -143,14 +143,16 @@ def side_profiles(cfg, gpu_model: str, store=None) -> dict:
     """{"ours": record, "peer": record}: the newest profiled record of `cfg` (iterations and seed aside) by our
     trainer and by the peer (`megalab run|peer --profile`) on `gpu_model`, for each side that has one."""
     from megalab.runs.config import RunConfig
+    from megalab.runs.peer import trainer_config
     from megalab.records.store import as_store, same_gpu_model
-    from megalab.records.timings import loose_key, side_of
+    loose = lambda c: c.replace(iters=1, seed=0).key   # noqa: E731  timings.loose_key: timings reads this module
     out = {}
     for r in sorted(as_store(store).load("run", status="ok"), key=lambda r: r.get("recorded_at") or ""):
         if ("profile" in (r.get("tags") or []) and r.get("profile")
                 and same_gpu_model((r.get("env") or {}).get("gpu_name"), gpu_model)):
-            who, ours = side_of(RunConfig.from_dict(r["config"]))
-            if loose_key(ours) == loose_key(cfg):
+            mine = RunConfig.from_dict(r["config"])
+            who, ours = ("peer", trainer_config(mine)) if mine.runner != "megalab" else ("ours", mine)  # timings.side_of
+            if loose(ours) == loose(cfg):
                 out[who] = r   # oldest first: the newest wins
     return out
 

@@ -6,6 +6,8 @@ the trainer that made them (records.TRAINER_CHANGES).
     timings.by_trainer(store, cfg, "H200")  # trainer revision -> cfg's clean timings
     timings.side_by_side(store, "H100", 2)  # our trainer against the peer, timed alternately on one host
     timings.graph_call(store, cfg, "H200")   # cfg without CUDA graphs and with each capture, alternated in one call
+    timings.group(store, "ch02.tp", "H200")  # a comparison group (specs.Group): per configuration, median and 95% CI
+    timings.one_group(records)               # the group the records form, or NotOneGroup with the reason
 
 A clean timing is an ok run on that GPU model, not retracted (errata), not profiled (slower steps), not
 packed beside other jobs on its host, not a lease's warm-up run (records.WARMUP_TAG: the first run on a fresh host
@@ -17,7 +19,8 @@ is a Store, a folder, or None for the default results store.
 
 from __future__ import annotations
 
-__all__ = ["loose_key", "timed", "repeats", "by_trainer", "side_of", "side_by_side", "graph_call"]
+__all__ = ["loose_key", "timed", "repeats", "by_trainer", "side_of", "side_by_side", "graph_call", "NotOneGroup",
+           "one_group", "group_runs", "group", "median_interval", "TIGHT"]
 
 
 def loose_key(cfg) -> str:
@@ -188,3 +191,133 @@ def _sitting(runs: list, at: int) -> tuple[int, int]:
     while hi + 1 < len(runs) and near(runs[hi], runs[hi + 1]):
         hi += 1
     return lo, hi + 1
+
+
+# -- comparison groups (specs.Group) ---------------------------------------------------------------------
+TIGHT = 0.02   # a group's median is read as a number when its 95% interval is within ±2%; wider, draw the spread
+
+
+class NotOneGroup(ValueError):
+    """Runs whose step times do not compare: from several groups, hosts, commits or trainer revisions, or
+    packed beside other jobs, or warm-up runs. The message says which, in one line."""
+
+
+def host_of(record) -> str:
+    """A record's host, as far as its fingerprint tells: hostname, CPU cores and GPU model."""
+    env = record.get("env") or {}
+    return f"{env.get('hostname')} ({env.get('cpu_count')} CPUs, {env.get('gpu_name')})"
+
+
+def _group_tags(record) -> set:
+    return {t[len("group."):] for t in record.get("tags") or () if t.startswith("group.")}
+
+
+def one_group(records) -> str:
+    """The name of the comparison group `records` form; NotOneGroup (one line: what differs) when they are
+    runs of several groups or none, of several hosts, commits or trainer revisions, or packed or warm-up runs.
+    A notebook's hidden check calls it on the records a figure reads."""
+    from megalab.records import WARMUP_TAG, trainer_revision
+    records = list(records)
+    label = lambda r: r.get("label") or r.get("key")  # noqa: E731
+    names = set().union(*map(_group_tags, records)) if records else set()
+    outside = [label(r) for r in records if not _group_tags(r)]
+    if outside or len(names) != 1:
+        raise NotOneGroup(f"{outside[0]} is in no comparison group: time it in one (specs.Group)" if outside else
+                          f"runs from groups {', '.join(sorted(names)) or 'none'}: compare within one group")
+    for tag, why in (("packed", "shared its host (packed): a group's runs run alone"),
+                     (WARMUP_TAG, "is a warm-up run: its steps are no timing")):
+        bad = [label(r) for r in records if tag in (r.get("tags") or ())]
+        if bad:
+            raise NotOneGroup(f"{bad[0]} {why}")
+    for what, of in (("hosts", host_of), ("commits", lambda r: (r.get("git_commit") or "?")[:7]),
+                     ("trainer revisions", trainer_revision)):
+        seen = sorted({str(of(r)) for r in records})
+        if len(seen) > 1:
+            raise NotOneGroup(f"group {names.pop()} mixes {what} ({'; '.join(seen)}): a step time is compared "
+                              "only within one recording")
+    return names.pop()
+
+
+def group_runs(store, name: str, gpu_model: str) -> tuple[list, dict | None]:
+    """([(RunConfig, record), ...] oldest first, the profiled record or None) of the comparison group `name`
+    ("ch02.tp" or its tag "group.ch02.tp") on `gpu_model`: ok runs not retracted, from its newest recording
+    (the host and commit of its newest record; earlier recordings are set aside). NotOneGroup if those runs
+    are not one group (one_group); results.NotRecorded if the group has no run."""
+    from megalab.runs.running import NotRecorded
+    from megalab.records.store import as_store
+    name = name.removeprefix("group.")
+    found = sorted(((c, r) for c, r in as_store(store).runs_on(gpu_model, "ok") if name in _group_tags(r)),
+                   key=lambda cr: cr[1].get("recorded_at") or "")
+    if not found:
+        chapter = name.split(".", 1)[0]
+        raise NotRecorded(f"no run of comparison group {name} on {gpu_model}: record it with the group's lines "
+                          f"of `megalab experiments {chapter}`")
+    newest = found[-1][1]
+    found = [(c, r) for c, r in found if host_of(r) == host_of(newest) and r.get("git_commit") == newest.get("git_commit")]
+    one_group(r for _, r in found)
+    profiled = [r for _, r in found if "profile" in (r.get("tags") or ())]
+    return [(c, r) for c, r in found if "profile" not in (r.get("tags") or ())], (profiled[-1] if profiled else None)
+
+
+def median_interval(values, level: float = 0.95) -> tuple[float, float]:
+    """A distribution-free interval for the median of `values`: the order statistics x(j) and x(n+1-j) with
+    P(Binomial(n, 1/2) < j) <= (1 - level) / 2, j as large as that allows (the smallest and largest value
+    when n is under 6)."""
+    from math import comb
+    xs, tail = sorted(values), (1 - level) / 2
+    n = len(xs)
+    if not n:
+        raise ValueError("no values: an interval needs at least one")
+    j, below = 0, 0.0
+    while j < n and below + comb(n, j) / 2**n <= tail:   # P(B <= j) within the tail: drop one more each side
+        below += comb(n, j) / 2**n
+        j += 1
+    k = min(max(j, 1), (n + 1) // 2)
+    return xs[k - 1], xs[n - k]
+
+
+def group(store, name: str, gpu_model: str):
+    """The comparison group `name` ("ch02.tp") on `gpu_model` (group_runs: one host, commit and trainer): a
+    DataFrame, one row per configuration in the order first run, named by its label. `cfg`; `runs`;
+    `median_ms`, the median of every step after warm-up of all its runs, `lo_ms` to `hi_ms` its 95% interval
+    (median_interval) and `half` the interval's half-width over the median; `wide` where `half` > TIGHT
+    (draw the spread, or record more rounds); `run_ms`, each run's median (the run-to-run spread); `mfu` at
+    the median; `gpu_busy` on the profiled configuration's row, its profiled step's GPU-busy time
+    (profiles.gpu_busy) over the median step. attrs: name, host, commit, gpu_busy, profiled (the label),
+    wide (the labels flagged)."""
+    import numpy as np
+    import pandas as pd
+    from megalab import theory
+    from megalab.records.profiles import gpu_busy
+    timed, profiled = group_runs(store, name, gpu_model)
+    rows = {}
+    for cfg, r in timed:
+        row = rows.setdefault(loose_key(cfg), {"cfg": cfg, "steps": [], "run_ms": []})
+        row["steps"] += _steps_ms(r)
+        row["run_ms"].append(float(np.median(_steps_ms(r) or [1e3 * r["summary"]["step_time_s"]])))
+    out = []
+    for row in rows.values():
+        steps = row.pop("steps") or row["run_ms"]
+        med = float(np.median(steps))
+        lo, hi = median_interval(steps)
+        out.append({**row, "runs": len(row["run_ms"]), "median_ms": med, "lo_ms": lo, "hi_ms": hi,
+                    "half": max(hi - med, med - lo) / med, "mfu": theory.mfu(row["cfg"], med / 1e3, gpu_model)})
+    df = pd.DataFrame(out, index=[row["cfg"].label for row in out])
+    df["wide"] = df["half"] > TIGHT
+    df["gpu_busy"] = np.nan
+    busy, label = None, None
+    if profiled is not None and profiled.get("profile"):
+        cfg = next((c for c in df["cfg"] if loose_key(c) == loose_key(_config(profiled))), None)
+        if cfg is not None:
+            label = cfg.label
+            busy = gpu_busy(profiled["profile"])["busy_s"] * 1e3 / df.loc[label, "median_ms"]
+            df.loc[label, "gpu_busy"] = busy
+    newest = timed[-1][1] if timed else profiled
+    df.attrs.update(name=name.removeprefix("group."), host=host_of(newest), commit=(newest.get("git_commit") or "")[:7],
+                    gpu_busy=busy, profiled=label, wide=list(df.index[df["wide"]]))
+    return df
+
+
+def _config(record):
+    from megalab.runs.config import RunConfig
+    return RunConfig.from_dict(record["config"])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from megalab.runs import presets
-from megalab.book.specs import ITERS, PARITY_ITERS, Fit, Parity, degrees
+from megalab.book.specs import GROUP_ITERS, ITERS, PARITY_ITERS, Fit, Group, Parity, degrees
 
 
 def runs(gpus: int = 4, iters: int = ITERS, gpu: str = "H200") -> dict:
@@ -33,4 +33,7 @@ def runs(gpus: int = 4, iters: int = ITERS, gpu: str = "H200") -> dict:
                                    step=8, width=0.05),
         # DP=top + distributed optimizer against DP=1 with accumulation, same global batch
         "parity": Parity(base.replace(gpus=top, mbs=4, gbs=4 * top, dist_opt=True, iters=PARITY_ITERS)),
+        # weak scaling timed on one host, alternated, with CUDA graphs (GPU-bound at mbs 4); the widest profiled
+        "groups": {"dp_weak": Group("ch01.dp-weak", [c.replace(iters=GROUP_ITERS, cuda_graphs="te") for c in weak],
+                                    profiled=len(weak) - 1)},
     }

@@ -28,7 +28,7 @@ and parity of the pipelines not recorded yet. The four-GPU plan is recorded whol
 from __future__ import annotations
 
 from megalab.runs import presets
-from megalab.book.specs import ITERS, PARITY_ITERS, Parity, Profiled, degrees, items
+from megalab.book.specs import GROUP_ITERS, ITERS, PARITY_ITERS, Group, Parity, Profiled, degrees, items
 
 MODEL = "gpt-8.3b"      # 72 layers: 36 per stage at PP 2, 18 at PP 4, 9 at PP 8
 SEQS_PER_STAGE = 4      # global batch = 4 sequences per pipeline stage: 8 at PP 2 ... 32 at PP 8 (the seed's)
@@ -111,6 +111,7 @@ def runs(gpus: int = 2, iters: int = ITERS) -> dict:
     recorded m, the chunk counts, profiled steps and layouts recorded; PP 2's parity."""
     base = _llama_350m().replace(gpus=4)
     plans = {p: _plan(p, iters) for p in RECORDED_PP}   # p is each plan's largest pipeline: its profiles, layouts
+    pipe2 = presets.get("gpt-1.2b").replace(gpus=2, pp=2, mbs=4, gbs=32, iters=GROUP_ITERS, cuda_graphs="te")
     return {
         # 3. why the chapter's model needs a pipeline: gpt-8.3b on one H200, recorded out of memory (micro-batch 16)
         "one_gpu": presets.get(MODEL).replace(mbs=16, gbs=16, impl="local", iters=5),
@@ -131,6 +132,9 @@ def runs(gpus: int = 2, iters: int = ITERS) -> dict:
         "parity": [Parity(base.replace(pp=4)), Parity(base.replace(pp=4, vpp=2)), Parity(base.replace(tp=2, pp=2))],
         # ... and PP 2, PP 2 × VPP 2 on two GPUs against the same one-GPU reference
         "parity_pp2": [q for q in plans[2]["parity"] if q.cfg.pp == 2],
+        # 2. interleaving against 1F1B timed on one host, alternated, with CUDA graphs: gpt-1.2b PP 2 at m = 8,
+        #    v = 1, 2, 4; v = 2 profiled
+        "groups": {"vpp": Group("ch05.vpp", [pipe2.replace(vpp=v) for v in (1, 2, 4)], profiled=1)},
     }
 
 
