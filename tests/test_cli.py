@@ -22,6 +22,7 @@ ARGS = config_to_args(CFG)
 
 @pytest.fixture
 def store(tmp_path, monkeypatch):
+    (tmp_path / "results").mkdir()   # $MEGALAB_RESULTS must name a folder that is there
     monkeypatch.setenv("MEGALAB_RESULTS", str(tmp_path / "results"))
     return results.Store(tmp_path / "results")
 

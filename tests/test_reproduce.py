@@ -43,6 +43,7 @@ def test_kernelspec_runs_this_interpreter(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_reproduce_executes_resumes_and_reports_failure(tmp_path, monkeypatch, capsys):
+    (tmp_path / "results").mkdir(exist_ok=True)
     monkeypatch.setenv("MEGALAB_RESULTS", str(tmp_path / "results"))
     root = _book(tmp_path)
     assert reproduce.reproduce(["00"], mode="live", root=root) == 0
@@ -89,6 +90,7 @@ def _fake_papermill(monkeypatch, then):
 
 def _previous_copy(tmp_path, monkeypatch, notebook, error):
     """A book whose `notebook` has an executed copy reading "previous", and a papermill that raises `error`."""
+    (tmp_path / "results").mkdir(exist_ok=True)
     monkeypatch.setenv("MEGALAB_RESULTS", str(tmp_path / "results"))
     root = _book(tmp_path)
     dst = reproduce.executed_path(notebook, root)

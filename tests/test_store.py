@@ -179,7 +179,8 @@ def test_kill_9_mid_write(tmp_path):
 
 
 # -- import ----------------------------------------------------------------------------------------
-_BENCH = {"schema": 1, "kind": "bench", "bench": "nccl", "env": {}, "recorded_at": "2025-01-01T00:00:00Z"}
+_BENCH = {"schema": 1, "kind": "bench", "bench": "nccl", "env": {"gpu_name": "NVIDIA H200", "gpu_count": 4},
+          "recorded_at": "2025-01-01T00:00:00Z"}
 
 
 def test_import_twice_adds_nothing_new(tmp_path):
@@ -220,6 +221,21 @@ def _lines(path, *records):
     ({**_record(), "summary": {**_record()["summary"], "mfu": -0.3}}, r"summary 'mfu' should be"),
     ({**_record(), "series": {**_record()["series"], "loss": [7.1, "x"]}}, r"series 'loss' should be"),
     ({**_record(), "summary": {**_record()["summary"], "step_time_s": None}}, r"an ok run needs"),
+    # nesting and numbers the readers cannot use, text a terminal would act on, fields chapters rely on
+    ('{"schema": 1, "predicted": ' + "[" * 500 + "]" * 500 + "}", r"nested deeper than 32 levels"),
+    ("[" * 10_000 + "]" * 10_000, r"not JSON \(RecursionError\)"),
+    ('{"schema": 1, "summary": {"steps": ' + "9" * 500 + "}}", r"whole number beyond 2\*\*63"),
+    ({**_record(), "env": {**_record()["env"], "hostname": "\x1b]0;pwned\x07"}}, r"env.hostname holds a control"),
+    ({**_record(), "label": "a\x1b[2Jb"}, r"label holds a control character"),
+    ({**_record(), "tags": ["ok", "\x1b[8m"]}, r"tags\[1\] holds a control character"),
+    ({**_record(), "git_commit": "abc\n123"}, r"git_commit holds a control character"),
+    ({**_record(), "run_dir": "runs/\x9b31m"}, r"run_dir holds a control character"),
+    ({**_record(), "error": {"message": "\x1b[31mboom"}}, r"error.message holds a control character"),
+    ({**_record(status="invalid"), "config": {**_record()["config"], "name": "\x1b[2J"}}, r"cannot name a run folder"),
+    ({**_BENCH, "env": {}}, r"env.gpu_name is missing"),
+    ({**_BENCH, "recorded_at": "not a date"}, r"recorded_at='not a date' is not a UTC time"),
+    ({**_BENCH, "env": {"gpu_name": "H200", "gpu_count": "many"}}, r"env.gpu_count=\"many\" should be a number"),
+    ({**_record(), "env": {"gpu_count": 4}}, r"env.gpu_name is missing"),
 ])
 def test_import_refuses_the_whole_file_with_file_line_reasons(tmp_path, bad, reason):
     from megalab.store import ImportRefused

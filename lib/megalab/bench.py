@@ -198,22 +198,28 @@ def best_matmul_tflops(dtype: str = "bf16", gpu: str | None = None, store=None) 
     return float(rows["tflops"].max())
 
 
+WORKER = "MEGALAB_BENCH_WORKER"   # set in the ranks this command starts
+
+
 def main(argv=None) -> int:
     from megalab.usage import Parser, positive_int
     p = Parser(prog="megalab bench", description=__doc__.splitlines()[0])
     p.add_argument("--gpus", type=positive_int, default=None, help="GPUs to use (default: all visible)")
     args = p.parse_args(argv)
-    if "LOCAL_RANK" not in os.environ:  # not under torchrun yet: relaunch ourselves, one process per GPU
-        import torch
-        gpus = args.gpus or torch.cuda.device_count()
-        if gpus < 1:
-            print("megalab bench needs at least one CUDA GPU", file=sys.stderr)
+    if os.environ.get(WORKER) != "1":  # not under our torchrun yet (a LOCAL_RANK may be inherited): relaunch
+        from megalab.env import git_commit, local_gpus
+        from megalab.launch import NotEnoughGPUs, child_env
+        git_commit()  # a $MEGALAB_COMMIT that is no commit name: said before anything is measured
+        have = local_gpus()[1]
+        gpus = args.gpus or have
+        if have < 1:
+            print("megalab bench: needs at least one CUDA GPU: run it on a GPU host", file=sys.stderr)
             return 2
+        if gpus > have:
+            raise NotEnoughGPUs(f"--gpus {gpus}: this machine has {have} GPU(s): pass --gpus {have} or fewer")
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={gpus}",
                "-m", "megalab.bench", f"--gpus={gpus}"]
-        env = {**os.environ, "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-               "NVSHMEM_DISABLE_NVLS": "1"}
-        return subprocess.call(cmd, env=env)
+        return subprocess.call(cmd, env={**child_env(), WORKER: "1"})
     rows = _measure(args)
     if int(os.environ.get("RANK", 0)) == 0:
         from megalab import results

@@ -185,16 +185,17 @@ def _errors():
     from megalab.config import InvalidLayout
     from megalab.data import BadCorpus
     from megalab.hardware import UnknownGPU
-    from megalab.launch import InvalidSlurmOption, NotEnoughGPUs
+    from megalab.env import BadCommit
+    from megalab.launch import BadRunsFolder, InvalidSlurmOption, NotEnoughGPUs
     from megalab.peer import PeerNotFound
     from megalab.reproduce import UnknownNotebook
     from megalab.results import NotRecorded
     from megalab.shapes import UnknownPreset
-    from megalab.store import ImportRefused
+    from megalab.store import ImportRefused, StoreUnusable
     from megalab.sweep import EmptyRange, ProbeFailed
     return ((InvalidLayout, EXIT_INVALID), (NotRecorded, EXIT_NOT_RECORDED), (ProbeFailed, EXIT_RUN_FAILED),
             ((NotEnoughGPUs, BadArgument, UnknownChapter, UnknownNotebook, UnknownGPU, UnknownPreset,
-              ImportRefused, InvalidSlurmOption, EmptyRange, BadCorpus, PeerNotFound), EXIT_INVALID))
+              ImportRefused, StoreUnusable, BadCommit, BadRunsFolder, InvalidSlurmOption, EmptyRange, BadCorpus, PeerNotFound), EXIT_INVALID))
 
 
 def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
