@@ -157,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--gpus-per-node", type=usage.positive_int, help="GPUs per node (default gpus / nodes)")
     s.add_argument("--partition", type=usage.safe_word, help="slurm partition (sbatch --partition)")
     s.add_argument("--account", type=usage.safe_word, help="slurm account to charge (sbatch --account)")
-    s.add_argument("--time", type=usage.safe_word, default="01:00:00",
+    s.add_argument("--time", type=usage.slurm_time, default="01:00:00",
                    help="time limit, HH:MM:SS or D-HH:MM:SS (default 01:00:00)")
 
     s = cmd("prepare-data", runs.cmd_prepare_data, "tokenize a JSONL corpus into a Megatron indexed dataset")

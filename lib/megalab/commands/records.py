@@ -85,6 +85,8 @@ def cmd_chapters(ns) -> int:
 
 def cmd_reproduce(ns) -> int:
     from megalab.reproduce import reproduce
+    if ns.gpus is not None and ns.gpus & (ns.gpus - 1):
+        raise BadArgument(f"--gpus {ns.gpus}: the chapters' layouts scale over powers of two: pass 1, 2, 4 or 8")
     return int(reproduce(ns.chapters or None, ns.mode, ns.gpus, ns.force) or 0)
 
 
