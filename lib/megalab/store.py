@@ -457,7 +457,7 @@ def _read_strict(path: Path) -> list[dict]:
     except FileNotFoundError:
         raise ImportRefused(f"{path}: no such file: pass the path of a runs.jsonl or bench.jsonl to import") from None
     except StoreUnusable as exc:
-        raise ImportRefused(f"{exc}".replace("the store keeps a file there", "pass a JSON Lines file")) from None
+        raise ImportRefused(f"{str(exc).split(': move it away')[0]}: pass a JSON Lines file") from None
     except OSError as exc:
         raise ImportRefused(f"{path}: cannot be read ({exc.strerror}): pass a JSON Lines file") from None
     out, reasons = [], []
