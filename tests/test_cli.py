@@ -23,6 +23,7 @@ ARGS = config_to_args(CFG)
 
 @pytest.fixture
 def store(tmp_path, monkeypatch):
+    (tmp_path / "results").mkdir()   # $MEGALAB_RESULTS must name a folder that is there
     monkeypatch.setenv("MEGALAB_RESULTS", str(tmp_path / "results"))
     return results.Store(tmp_path / "results")
 
@@ -170,24 +171,37 @@ BAD = _table()
 def _write_files(folder: Path) -> None:
     from run_records import record
     for name, body in BAD.FILES.items():
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(body, bytes):
+            path.write_bytes(body)
+            continue
+        if body[:1] in (("dir",), ("fifo",)) or (isinstance(body, tuple) and body[0] == "link"):
+            {"dir": path.mkdir, "fifo": lambda: os.mkfifo(path), "link": lambda: path.symlink_to(body[1])}[body[0]]()
+            if body[0] == "link" and name.endswith(".lock"):
+                path.with_suffix("").write_text("")   # the store file itself is regular: its lock is not
+            continue
         if isinstance(body, tuple):
             changes = dict(body[1])
             bad = record()
             bad["config"] = {**bad["config"], **changes.pop("config", {})}
             bad.update(changes)
             body = "".join(json.dumps(r) + "\n" for r in (record(), bad, record(status="oom")))
-        (folder / name).write_text(body)
+        path.write_text(body)
 
 
 def test_the_table_of_bad_inputs_is_long_and_has_no_repeats():
     argvs = [tuple(argv) for argv, _ in BAD.BAD_INPUTS]
-    assert len(argvs) >= 40 and len(set(argvs)) == len(argvs)
+    assert len(argvs) >= 120 and len(set(argvs)) == len(argvs)
 
 
 @pytest.mark.parametrize("argv, reason", BAD.BAD_INPUTS, ids=lambda v: " ".join(v) if isinstance(v, list) else "")
-def test_a_mistake_ends_in_exit_2_with_its_reason_up_front(argv, reason, store, tmp_path, capsys):
+def test_a_mistake_ends_in_exit_2_with_its_reason_up_front(argv, reason, store, tmp_path, capsys, monkeypatch):
     _write_files(tmp_path)
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    while argv and re.fullmatch(r"[A-Z_]+=.*", argv[0], re.S):   # NAME=value first: the command's environment
+        name, value = argv.pop(0).split("=", 1)
+        monkeypatch.setenv(name, value)
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and "usage:" not in err

@@ -7,7 +7,10 @@ the launcher itself: run folder, log capture, metrics parsing, classification, p
 
 import json
 import os
+import signal
+import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -200,3 +203,83 @@ def test_a_run_name_outside_the_safe_set_is_refused(name):
 def test_safe_run_names_pass():
     for name in ("gpt-1.2b", "llama3_8b", "custom", "A.b-c_9"):
         assert not any("name=" in p for p in CFG.replace(name=name).problems())
+
+
+# -- the launcher's death or SIGTERM stops torchrun and every rank ---------------------------------------
+def _gone(pid: int, within_s: float = 10) -> bool:
+    """The process has exited (a zombie waiting for a reaper counts as gone)."""
+    end = time.time() + within_s
+    while time.time() < end:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in "ZX":
+                return True
+        except (OSError, IndexError):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _python(code: str, tmp_path) -> subprocess.Popen:
+    lib, tests = Path(launch.__file__).parents[1], Path(__file__).parent
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], cwd=tmp_path, stdout=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONPATH": f"{lib}{os.pathsep}{tests}"})
+
+
+def _wait_for(path: Path, within_s: float = 30) -> str:
+    end = time.time() + within_s
+    while time.time() < end:
+        if path.exists() and path.read_text().endswith("\n"):
+            return path.read_text()
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never written")
+
+
+def test_kill_9_of_the_launcher_stops_torchrun(tmp_path):
+    parent = _python("""
+        import os, sys, time
+        from megalab import launch
+        child = launch.popen([sys.executable, "-c", "import time; time.sleep(120)"], dict(os.environ))
+        open("child.pid", "w").write(f"{child.pid}\\n")
+        time.sleep(120)
+    """, tmp_path)
+    child = int(_wait_for(tmp_path / "child.pid"))
+    parent.kill()
+    parent.wait()
+    assert _gone(child), "torchrun outlived the launcher killed with -9"
+
+
+FAKE_TORCHRUN = """
+import os, signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)   # the worst torchrun: deaf to SIGTERM, its rank in a session of its own
+rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+open("rank.pid", "w").write(f"{rank.pid}\\n")
+print("rank started", flush=True)
+time.sleep(120)
+"""
+
+
+def test_sigterm_stops_every_rank_and_the_run_is_recorded_as_a_timeout(tmp_path):
+    (tmp_path / "fake_torchrun.py").write_text(FAKE_TORCHRUN)
+    parent = _python(f"""
+        import sys
+        from megalab import launch
+        from run_records import CFG
+        launch.KILL_GRACE_S = 1
+        launch.check = lambda cfg, nproc=None: None
+        launch.torchrun_command = lambda cfg, run_dir, **kw: [sys.executable, {str(tmp_path / "fake_torchrun.py")!r}]
+        out = launch.launch(CFG, runs_root="runs", progress=False)
+        print(out.status, out.error["message"], flush=True)
+    """, tmp_path)
+    rank = int(_wait_for(tmp_path / "rank.pid"))
+    time.sleep(0.5)
+    parent.send_signal(signal.SIGTERM)
+    out, _ = parent.communicate(timeout=60)
+    assert out.startswith("timeout the run was stopped by SIGTERM"), out
+    assert _gone(rank), "a rank outlived the run stopped by SIGTERM"
+
+
+def test_an_inherited_local_rank_does_not_reach_the_ranks(monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    env = launch.child_env()
+    assert "LOCAL_RANK" not in env and "WORLD_SIZE" not in env and env["NCCL_NVLS_ENABLE"] == "0"

@@ -43,6 +43,7 @@ def test_kernelspec_runs_this_interpreter(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_reproduce_executes_resumes_and_reports_failure(tmp_path, monkeypatch, capsys):
+    (tmp_path / "results").mkdir(exist_ok=True)
     monkeypatch.setenv("MEGALAB_RESULTS", str(tmp_path / "results"))
     root = _book(tmp_path)
     assert reproduce.reproduce(["00"], mode="live", root=root) == 0
@@ -89,6 +90,7 @@ def _fake_papermill(monkeypatch, then):
 
 def _previous_copy(tmp_path, monkeypatch, notebook, error):
     """A book whose `notebook` has an executed copy reading "previous", and a papermill that raises `error`."""
+    (tmp_path / "results").mkdir(exist_ok=True)
     monkeypatch.setenv("MEGALAB_RESULTS", str(tmp_path / "results"))
     root = _book(tmp_path)
     dst = reproduce.executed_path(notebook, root)
@@ -116,3 +118,25 @@ def test_a_failed_run_never_replaces_the_executed_copy(tmp_path, monkeypatch, ca
     assert "planner.failed.ipynb" in capsys.readouterr().out
     assert dst.read_text() == "previous" and reproduce.failed_path(dst).exists()
     assert sorted(p.name for p in dst.parent.iterdir() if p.is_file()) == ["planner.failed.ipynb", "planner.ipynb"]
+
+
+@pytest.mark.timeout(120)
+def test_freshness_follows_the_content_of_everything_a_page_reads(tmp_path, monkeypatch, capsys):
+    for name in ("results", "other", "results/probes"):
+        (tmp_path / name).mkdir(exist_ok=True)
+    monkeypatch.setenv("MEGALAB_RESULTS", str(tmp_path / "results"))
+    root = _book(tmp_path)
+    (tmp_path / "_build/executed/book/00_know_your_machine").mkdir(parents=True)
+    orphan = tmp_path / "_build/executed/book/00_know_your_machine/.know.999999999.part.ipynb"
+    orphan.write_text("{}")                                     # left by a reproduce killed with -9
+    assert reproduce.reproduce(["00"], mode="cached", root=root) == 0
+    out = reproduce.executed_path("book/00_know_your_machine/know.ipynb", root)
+    assert out.stat().st_mode & 0o077 == 0o044 and not orphan.exists()   # readable like any file, no orphan
+    src, params = root / "book/00_know_your_machine/know.ipynb", {"mode": "cached"}
+    assert reproduce.is_fresh(src, out, params, root)
+    monkeypatch.setenv("MEGALAB_RESULTS", str(tmp_path / "other"))   # another store, though older than the copy
+    assert not reproduce.is_fresh(src, out, params, root)
+    monkeypatch.setenv("MEGALAB_RESULTS", str(tmp_path / "results"))
+    assert reproduce.is_fresh(src, out, params, root)
+    (tmp_path / "results/probes/startup.jsonl").write_text("{}\n")    # a probe the chapter reads
+    assert not reproduce.is_fresh(src, out, params, root)

@@ -179,7 +179,8 @@ def test_kill_9_mid_write(tmp_path):
 
 
 # -- import ----------------------------------------------------------------------------------------
-_BENCH = {"schema": 1, "kind": "bench", "bench": "nccl", "env": {}, "recorded_at": "2025-01-01T00:00:00Z"}
+_BENCH = {"schema": 1, "kind": "bench", "bench": "nccl", "env": {"gpu_name": "NVIDIA H200", "gpu_count": 4},
+          "recorded_at": "2025-01-01T00:00:00Z"}
 
 
 def test_import_twice_adds_nothing_new(tmp_path):
@@ -220,6 +221,21 @@ def _lines(path, *records):
     ({**_record(), "summary": {**_record()["summary"], "mfu": -0.3}}, r"summary 'mfu' should be"),
     ({**_record(), "series": {**_record()["series"], "loss": [7.1, "x"]}}, r"series 'loss' should be"),
     ({**_record(), "summary": {**_record()["summary"], "step_time_s": None}}, r"an ok run needs"),
+    # nesting and numbers the readers cannot use, text a terminal would act on, fields chapters rely on
+    ('{"schema": 1, "predicted": ' + "[" * 500 + "]" * 500 + "}", r"nested deeper than 32 levels"),
+    ("[" * 10_000 + "]" * 10_000, r"not JSON \(RecursionError\)"),
+    ('{"schema": 1, "summary": {"steps": ' + "9" * 500 + "}}", r"whole number beyond 2\*\*63"),
+    ({**_record(), "env": {**_record()["env"], "hostname": "\x1b]0;pwned\x07"}}, r"env.hostname holds a control"),
+    ({**_record(), "label": "a\x1b[2Jb"}, r"label holds a control character"),
+    ({**_record(), "tags": ["ok", "\x1b[8m"]}, r"tags\[1\] holds a control character"),
+    ({**_record(), "git_commit": "abc\n123"}, r"git_commit holds a control character"),
+    ({**_record(), "run_dir": "runs/\x9b31m"}, r"run_dir holds a control character"),
+    ({**_record(), "error": {"message": "\x1b[31mboom"}}, r"error.message holds a control character"),
+    ({**_record(status="invalid"), "config": {**_record()["config"], "name": "\x1b[2J"}}, r"cannot name a run folder"),
+    ({**_BENCH, "env": {}}, r"env.gpu_name is missing"),
+    ({**_BENCH, "recorded_at": "not a date"}, r"recorded_at='not a date' is not a UTC time"),
+    ({**_BENCH, "env": {"gpu_name": "H200", "gpu_count": "many"}}, r"env.gpu_count=\"many\" should be a number"),
+    ({**_record(), "env": {"gpu_count": 4}}, r"env.gpu_name is missing"),
 ])
 def test_import_refuses_the_whole_file_with_file_line_reasons(tmp_path, bad, reason):
     from megalab.records.store import ImportRefused
@@ -342,3 +358,81 @@ def test_provenance_keeps_the_dirty_mark():
     assert _short_commit("44f6e65+dirty") == "44f6e65+dirty"
     assert _short_commit("aefba359cb84d00d1e2f") == "aefba359cb84" and _short_commit(None) == ""
 
+
+
+# -- hostile lines, files that are not regular, a full disk ----------------------------------------------
+def test_a_line_the_readers_cannot_use_is_skipped_not_a_traceback(tmp_path):
+    store = Store(tmp_path)
+    good = store.append(_record())
+    with open(store.path(), "a") as f:
+        f.write("[" * 10_000 + "]" * 10_000 + "\n")                            # RecursionError in json
+        f.write(json.dumps({**_record(), "summary": {"steps": 10 ** 500}}) + "\n")  # OverflowError in a float
+        f.write(json.dumps({**_record(), "predicted": {"x": json.loads("[" * 500 + "]" * 500)}}) + "\n")
+    with pytest.warns(UserWarning, match=r"skipped 3 .*:2: not JSON \(RecursionError\).*:3: holds a whole number"):
+        assert [r["id"] for r in store.load()] == [good["id"]]
+    with pytest.warns(UserWarning, match="nested deeper than 32 levels"):
+        assert [r["id"] for r in store.stream()] == [good["id"]]
+
+
+def test_writes_refuse_a_symlink_or_fifo_and_never_follow_it(tmp_path):
+    from megalab.records.store import StoreUnusable
+    victim = tmp_path / "victim.txt"
+    victim.write_text("someone else's file\n")
+    for name in ("runs.jsonl", "runs.jsonl.lock"):
+        root = tmp_path / name.replace(".", "_")
+        root.mkdir()
+        (root / name).symlink_to(victim)
+        with pytest.raises(StoreUnusable, match="a symbolic link"):
+            Store(root).append(_record())
+    assert victim.read_text() == "someone else's file\n"
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "f").mkdir()
+    os.mkfifo(tmp_path / "f" / "runs.jsonl")
+    with pytest.raises(StoreUnusable, match="a FIFO"):                      # refused, not hung
+        Store(tmp_path / "f").append(_record())
+
+
+def test_a_full_disk_imports_nothing_and_leaves_no_torn_line(tmp_path):
+    """The kernel's file size limit (RLIMIT_FSIZE) writes part of the batch, then fails, as a full disk does."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    mine = Store(tmp_path / "mine")
+    mine.append(_record())
+    before = mine.path().read_bytes()
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps(_record()) + "\n" for _ in range(100)))
+    code = f"""
+import resource, signal
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, ({len(before) + 5000}, {len(before) + 5000}))
+from megalab.records.store import Store, StoreUnusable
+try:
+    Store({str(tmp_path / "mine")!r}).import_records({str(src)!r})
+except StoreUnusable as exc:
+    print("refused:", exc)
+"""
+    lib = Path(__file__).resolve().parents[1] / "lib"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(lib)})
+    assert "refused:" in out.stdout and "nothing was written" in out.stdout, out.stderr
+    assert mine.path().read_bytes() == before                                # all or nothing
+
+
+def test_a_live_run_that_the_store_refuses_keeps_its_record_in_its_run_folder(tmp_path, monkeypatch):
+    from megalab import launch, results
+    from megalab.runs.launch import RunOutcome
+    from megalab.metrics import Parsed
+    from megalab.records.store import StoreUnusable
+    steps = [{"kind": "step", "step": i, "loss": 9.0 - i, "step_time_s": 0.25} for i in range(5)]
+    outcome = RunOutcome("ok", None, Parsed(None, steps, {"env": {"gpu_name": "NVIDIA H200", "gpu_count": 4}}),
+                         tmp_path, 0)
+    monkeypatch.setattr(launch, "launch", lambda cfg, **kw: outcome)
+    store = Store(tmp_path / "store")
+
+    def full(record):
+        raise StoreUnusable(f"{store.path()}: No space left on device: nothing was written")
+    monkeypatch.setattr(store, "append", full)
+    with pytest.raises(StoreUnusable, match=r"record is kept in .*record.jsonl: import it with `megalab results"):
+        results._live(CFG, store, [], 60, False)
+    kept = Store(tmp_path / "other")
+    assert kept.import_records(tmp_path / "record.jsonl") == 1 and kept.load()[0]["key"] == CFG.key

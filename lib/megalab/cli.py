@@ -157,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--gpus-per-node", type=usage.positive_int, help="GPUs per node (default gpus / nodes)")
     s.add_argument("--partition", type=usage.safe_word, help="slurm partition (sbatch --partition)")
     s.add_argument("--account", type=usage.safe_word, help="slurm account to charge (sbatch --account)")
-    s.add_argument("--time", type=usage.safe_word, default="01:00:00",
+    s.add_argument("--time", type=usage.slurm_time, default="01:00:00",
                    help="time limit, HH:MM:SS or D-HH:MM:SS (default 01:00:00)")
     s.add_argument("--cpu", action="store_true",
                    help="a cluster without GPUs: no GPU request, each node runs a dry run (nothing is trained)")
@@ -187,17 +187,18 @@ def _errors():
     from megalab.runs.config import InvalidLayout
     from megalab.data import BadCorpus
     from megalab.machine.hardware import UnknownGPU
-    from megalab.runs.launch import NotEnoughGPUs
+    from megalab.machine.env import BadCommit
+    from megalab.runs.launch import BadRunsFolder, NotEnoughGPUs
     from megalab.runs.slurm import InvalidSlurmOption
     from megalab.runs.peer import PeerNotFound
     from megalab.book.reproduce import UnknownNotebook
     from megalab.runs.running import NotRecorded
     from megalab.runs.shapes import UnknownPreset
-    from megalab.records.store import ImportRefused
+    from megalab.records.store import ImportRefused, StoreUnusable
     from megalab.runs.sweep import EmptyRange, ProbeFailed
     return ((InvalidLayout, EXIT_INVALID), (NotRecorded, EXIT_NOT_RECORDED), (ProbeFailed, EXIT_RUN_FAILED),
             ((NotEnoughGPUs, BadArgument, UnknownChapter, UnknownNotebook, UnknownGPU, UnknownPreset,
-              ImportRefused, InvalidSlurmOption, EmptyRange, BadCorpus, PeerNotFound), EXIT_INVALID))
+              ImportRefused, StoreUnusable, BadCommit, BadRunsFolder, InvalidSlurmOption, EmptyRange, BadCorpus, PeerNotFound), EXIT_INVALID))
 
 
 def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:

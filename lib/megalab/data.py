@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -229,17 +230,33 @@ def prepare_data(input_jsonl: str, output_prefix: str, tokenizer: str = "byte", 
     if tokenizer != "byte" and not Path(tokenizer).exists():
         raise BadCorpus(f"tokenizer {tokenizer!r}: pass 'byte' or the folder of a Hugging Face tokenizer")
     tok = _tokenizer(tokenizer)
-    Path(output_prefix).parent.mkdir(parents=True, exist_ok=True)
-    builder = IndexedDatasetBuilder(get_bin_path(output_prefix), dtype=DType.optimal_dtype(tok.vocab_size))
-    docs = tokens = 0
-    with open(input_jsonl, encoding="utf-8") as f:
-        for n, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            ids = tok.tokenize(_text(line, text_key, f"{input_jsonl}:{n}")) + [tok.eod]
-            builder.add_document(np.asarray(ids, dtype=np.int64), [len(ids)])
-            docs, tokens = docs + 1, tokens + len(ids)
-    builder.finalize(get_idx_path(output_prefix))
+    try:
+        Path(output_prefix).parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file where a folder of the prefix should be, a read-only disk
+        raise BadCorpus(f"--output-prefix {output_prefix}: cannot make its folder ({exc.strerror}): pass a prefix "
+                        f"in a folder you can write") from None
+    part = f"{output_prefix}.part{os.getpid()}"  # written whole, then renamed: no half dataset under the prefix
+    try:
+        builder = IndexedDatasetBuilder(get_bin_path(part), dtype=DType.optimal_dtype(tok.vocab_size))
+        docs = tokens = 0
+        with open(input_jsonl, "rb") as f:
+            for n, raw in enumerate(f, start=1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise BadCorpus(f"{input_jsonl}:{n}: not UTF-8 (byte {raw[exc.start]:#04x} at column {exc.start + 1})"
+                                    f": convert the file (e.g. iconv -f latin1 -t utf-8)") from None
+                if not line.strip():
+                    continue
+                ids = tok.tokenize(_text(line, text_key, f"{input_jsonl}:{n}")) + [tok.eod]
+                builder.add_document(np.asarray(ids, dtype=np.int64), [len(ids)])
+                docs, tokens = docs + 1, tokens + len(ids)
+        builder.finalize(get_idx_path(part))
+        os.replace(get_bin_path(part), get_bin_path(output_prefix))
+        os.replace(get_idx_path(part), get_idx_path(output_prefix))
+    finally:
+        for leftover in (get_bin_path(part), get_idx_path(part)):
+            Path(leftover).unlink(missing_ok=True)
     summary = {"prefix": output_prefix, "tokenizer": tokenizer, "vocab_size": tok.vocab_size,
                "eod": tok.eod, "documents": docs, "tokens": tokens}
     Path(output_prefix + ".json").write_text(json.dumps(summary, indent=1) + "\n")

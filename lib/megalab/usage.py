@@ -30,7 +30,32 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE)
 
 
+_ASCII_INT = re.compile(r"[+-]?[0-9]+")   # int() also takes "1_0" and other scripts' digits ("٤"): not here
+
+
+def whole_number(text: str) -> int:
+    """An int written in ASCII digits, as argparse type: "٤" and "1_0" are refused, not read as 4 and 10."""
+    if not _ASCII_INT.fullmatch(text.strip()):
+        raise ValueError(f"invalid whole number: {text!r}")
+    return int(text)
+
+
+whole_number.__name__ = "int"   # argparse names the type in its message: "invalid int value: '٤'"
+
+
+def number(text: str) -> float:
+    """A float written in ASCII ("4", "3e-4", "nan"), as argparse type: float() also takes "٤" and "1_0"."""
+    if not text.isascii() or "_" in text:
+        raise ValueError(f"invalid number: {text!r}")
+    return float(text)
+
+
+number.__name__ = "float"
+
+
 def _number(kind, text: str, low, what: str):
+    if (kind is int and not _ASCII_INT.fullmatch(text.strip())) or not text.isascii() or "_" in text:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number in digits 0-9: pass {what}")
     try:
         value = kind(text)
     except ValueError:
@@ -56,6 +81,16 @@ def seconds(text: str) -> float:
     if value == 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"{text}: pass seconds, more than 0 and finite")
     return value
+
+
+_SLURM_TIME = re.compile(r"(\d+-)?\d{1,2}(:\d{2}){0,2}|\d+-\d{1,2}")   # sbatch --time: M, M:S, H:M:S, D-H[:M[:S]]
+
+
+def slurm_time(text: str) -> str:
+    """A time limit as sbatch --time takes it: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS."""
+    if not _SLURM_TIME.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a time limit: pass HH:MM:SS or D-HH:MM:SS (e.g. 01:00:00)")
+    return text
 
 
 def safe_word(text: str) -> str:

@@ -2,8 +2,14 @@
 
 Every one must end with exit status 2, no traceback, and a short message whose first lines match
 `reason` (a regex); tests/test_cli.py runs them all. `{tmp}` is a fresh folder holding the files named
-in FILES (written by the test), so the file-reading commands have something wrong to read.
+in FILES (written by the test), so the file-reading commands have something wrong to read. Leading
+`NAME=value` items set an environment variable for the command, as a shell would.
 """
+
+_DEEP = []
+for _ in range(500):
+    _DEEP = [_DEEP]
+_BENCH = '{"schema": 1, "kind": "bench", "bench": "nccl", "recorded_at": "2026-01-01T00:00:00Z", '
 
 # file name -> its text, or ("record", changes): a good record, then one with these changes (config
 # changes merged into its config), then a good one again: the bad line is always line 2
@@ -18,6 +24,30 @@ FILES = {
     "no_text.jsonl": '{"body": "hello"}\n',
     "corpus.jsonl": '{"text": "hello"}\n',
     "bad_summary.jsonl": ("record", {"summary": {"step_time_s": "fast"}}),
+    "good.jsonl": ("record", {}),
+    # lines the store cannot use: nested too deep, numbers no float holds
+    "deep.jsonl": ("record", {"predicted": {"x": _DEEP}}),
+    "recursion.jsonl": "[" * 10_000 + "]" * 10_000 + "\n",
+    "huge.jsonl": ("record", {"summary": {"steps": 10 ** 500}}),
+    # text a terminal would act on, and fields the chapters rely on
+    "escape_label.jsonl": ("record", {"label": "\x1b]0;owned\x07"}),
+    "escape_env.jsonl": ("record", {"env": {"gpu_name": "H200\x1b[2J", "gpu_count": 4}}),
+    "escape_tag.jsonl": ("record", {"tags": ["group.ch02.tp", "\x1b[8m"]}),
+    "escape_commit.jsonl": ("record", {"git_commit": "abc\n123"}),
+    "escape_run_dir.jsonl": ("record", {"run_dir": "runs/\x9b2J"}),
+    "escape_error.jsonl": ("record", {"error": {"message": "\x1b[31mboom"}}),
+    "escape_invalid.jsonl": ("record", {"status": "invalid", "config": {"name": "\x1b[2J"}}),
+    "not_a_date.jsonl": ("record", {"recorded_at": "not a date"}),
+    "no_gpu_name.jsonl": ("record", {"env": {"gpu_count": 4}}),
+    "bench_no_env.jsonl": _BENCH + '"env": {}}\n',
+    "bench_gpu_count.jsonl": _BENCH + '"env": {"gpu_name": "H200", "gpu_count": "many"}}\n',
+    "bench_date.jsonl": _BENCH.replace("2026-01-01T00:00:00Z", "yesterday") + '"env": {"gpu_name": "H200", "gpu_count": 1}}\n',
+    "latin1.jsonl": '{"text": "caf\xe9"}\n'.encode("latin-1"),
+    # store folders whose files are not regular files
+    "runs_is_dir/runs.jsonl": ("dir",),
+    "fifo_store/runs.jsonl": ("fifo",),
+    "link_store/runs.jsonl": ("link", "../good.jsonl"),
+    "link_lock/runs.jsonl.lock": ("link", "../a_file.txt"),
 }
 
 TINY = ["--preset", "gpt-tiny"]
@@ -99,7 +129,7 @@ BAD_INPUTS = [
     (["slurm", *TINY, "--nodes", "1", "--gpus-per-node", "2"], r"nodes x gpus_per_node = 2 .* make them equal"),
     (["slurm", *TINY, "--nodes", "1", "--partition", "gpu;reboot"], r"argument --partition: 'gpu;reboot': use"),
     (["slurm", *TINY, "--nodes", "1", "--account", "my lab"], r"argument --account: 'my lab': use letters"),
-    (["slurm", *TINY, "--nodes", "1", "--time", "1:00\n#SBATCH --x"], r"argument --time: .*use letters"),
+    (["slurm", *TINY, "--nodes", "1", "--time", "1:00\n#SBATCH --x"], r"argument --time: .* is not a time limit"),
     (["slurm", *TINY, "--nodes", "1", "--name", "x$(id)"], r"argument --name: name='x\$\(id\)' cannot"),
     # -- fit / parity -----------------------------------------------------------------------------------
     (["fit", *TINY, "--lo", "10", "--hi", "1"], r"--lo 10 is above --hi 1"),
@@ -122,4 +152,75 @@ BAD_INPUTS = [
     # -- bench ----------------------------------------------------------------------------------------
     (["bench", "--gpus", "0"], r"megalab bench: error: argument --gpus: 0 is too small"),
     (["bench", "--nope"], r"megalab bench: error: unrecognized arguments: --nope"),
+    (["bench", "--gpus", "3"], r"needs at least one CUDA GPU|this machine has \d+ GPU"),
+    (["bench", "--gpus", "\u0664"], r"argument --gpus: .* is not a number in digits 0-9"),
+    (["MEGALAB_COMMIT=\x1b]0;x\x07", "bench"], r"MEGALAB_COMMIT=.* is not a commit name"),
+    # -- numbers: ASCII digits only, within what the trainer takes ---------------------------------------
+    (["plan", "--gpus", "\u0664"], r"argument --gpus: invalid int value"),
+    (["plan", "--gpus", "1_0"], r"argument --gpus: invalid int value: '1_0'"),
+    (["plan", "--tp", "\u00b2"], r"argument --tp: invalid int value"),
+    (["plan", "--lr", "\u0663e-4"], r"argument --lr: invalid float value"),
+    (["plan", "--lr", "1_0"], r"argument --lr: invalid float value: '1_0'"),
+    (["plan", *TINY, "--seed", "-1"], r"seed=-1 must be a whole number from 0 to 4294967295"),
+    (["plan", *TINY, "--seed", str(2 ** 64)], r"seed=18446744073709551616 must be a whole number"),
+    (["run", *TINY, "--mode", "cached", "--seed", str(2 ** 32)], r"seed=4294967296 must be"),
+    (["run", *TINY, "--gpus", "1_0"], r"argument --gpus: invalid int value"),
+    (["run", *TINY, "--timeout", "\u0664"], r"argument --timeout: .* is not a number in digits 0-9"),
+    (["run", *TINY, "--nnodes", "\u0662"], r"argument --nnodes: .* is not a number in digits 0-9"),
+    (["fit", *TINY, "--hi", "\u0666\u0664"], r"argument --hi: .* is not a number in digits 0-9"),
+    (["parity", *TINY, "--repeats", "1_0"], r"argument --repeats: '1_0' is not a number"),
+    (["experiments", "ch01", "--gpus", "\u0662"], r"argument --gpus: .* is not a number in digits 0-9"),
+    (["reproduce", "--gpus", "\u0664"], r"argument --gpus: .* is not a number in digits 0-9"),
+    (["reproduce", "01", "--gpus", "3"], r"--gpus 3: the chapters' layouts scale over powers of two"),
+    (["reproduce", "--gpus", "6", "--mode", "live"], r"--gpus 6: the chapters' layouts scale over powers of two"),
+    (["fit", *TINY, "--mode", "cached", "--hi", "99999999999999"], r"holds 99,999,999,999,999 multiples of 1: narrow"),
+    (["fit", *TINY, "--vary", "seq", "--mode", "cached", "--hi", "99999999"], r"multiples of 128: narrow it to 4096"),
+    # -- names and sbatch values --------------------------------------------------------------------------
+    (["plan", "--name", "a" * 300], r"\(300 characters\) cannot name a run folder: use 64 at most"),
+    (["run", *TINY, "--name", "b" * 65, "--mode", "cached"], r"\(65 characters\) cannot name a run folder"),
+    (["slurm", *TINY, "--nodes", "1", "--time", "banana"], r"argument --time: 'banana' is not a time limit"),
+    (["slurm", *TINY, "--nodes", "1", "--time", "1:00:00:00"], r"argument --time: '1:00:00:00' is not a time"),
+    (["slurm", *TINY, "--nodes", "1", "--time", "01:00:00 "], r"argument --time: '01:00:00 ' is not a time"),
+    # -- the environment: a store, a runs folder, a commit that cannot be ------------------------------
+    (["MEGALAB_RESULTS={tmp}/nowhere", "results"], r"MEGALAB_RESULTS=.*nowhere: no such folder"),
+    (["MEGALAB_RESULTS={tmp}/a_file.txt", "results"], r"MEGALAB_RESULTS=.*a_file.txt: not a folder"),
+    (["MEGALAB_RESULTS=/dev/null", "results"], r"MEGALAB_RESULTS=/dev/null: not a folder"),
+    (["MEGALAB_RESULTS={tmp}/nowhere", "experiments", "ch01", "--missing"], r"MEGALAB_RESULTS=.*: no such folder"),
+    (["MEGALAB_RESULTS={tmp}/nowhere", "run", *TINY, "--mode", "cached"], r"MEGALAB_RESULTS=.*: no such folder"),
+    (["MEGALAB_RESULTS={tmp}/nowhere", "results", "--import", "{tmp}/good.jsonl"], r"MEGALAB_RESULTS=.*: no such"),
+    (["MEGALAB_RUNS=/dev/null", "run", *TINY, "--dry-run"], r"runs folder /dev/null: cannot make .* there"),
+    (["MEGALAB_RUNS={tmp}/a_file.txt", "run", *TINY, "--dry-run"], r"runs folder .*a_file.txt: cannot make"),
+    (["MEGALAB_COMMIT=abc\n#SBATCH", "run", *TINY, "--mode", "live"], r"MEGALAB_COMMIT='abc\\n#SBATCH' is not a"),
+    (["MEGALAB_COMMIT=a b", "run", *TINY, "--mode", "live"], r"MEGALAB_COMMIT='a b' is not a commit name"),
+    # -- store files that are not regular files -----------------------------------------------------------
+    (["results", "--store", "{tmp}/runs_is_dir"], r"runs.jsonl: a folder, not a regular file: move it away"),
+    (["results", "--store", "{tmp}/fifo_store"], r"runs.jsonl: a FIFO, not a regular file"),
+    (["results", "--store", "{tmp}/link_store"], r"runs.jsonl: a symbolic link: the store reads and writes regular"),
+    (["results", "--store", "{tmp}/link_lock"], r"runs.jsonl.lock: a symbolic link"),
+    (["results", "--store", "{tmp}/runs_is_dir", "--import", "{tmp}/good.jsonl"], r"runs.jsonl: a folder"),
+    (["results", "--store", "{tmp}/link_store", "--import", "{tmp}/good.jsonl"], r"runs.jsonl: a symbolic link"),
+    (["results", "--store", "{tmp}/fifo_store", "--kind", "run", "--json"], r"runs.jsonl: a FIFO"),
+    (["results", "--import", "{tmp}/fifo_store/runs.jsonl"], r"runs.jsonl: a FIFO, not a regular file: pass a JSON"),
+    (["results", "--import", "{tmp}/runs_is_dir"], r"runs_is_dir: a folder, not a regular file: pass a JSON"),
+    # -- records that import refuses -------------------------------------------------------------------
+    (["results", "--import", "{tmp}/deep.jsonl"], r"deep.jsonl:2: nested deeper than 32 levels"),
+    (["results", "--import", "{tmp}/recursion.jsonl"], r"recursion.jsonl:1: not JSON \(RecursionError\)"),
+    (["results", "--import", "{tmp}/huge.jsonl"], r"huge.jsonl:2: holds a whole number beyond 2\*\*63"),
+    (["results", "--import", "{tmp}/escape_label.jsonl"], r"escape_label.jsonl:2: label holds a control character"),
+    (["results", "--import", "{tmp}/escape_env.jsonl"], r"escape_env.jsonl:2: env.gpu_name holds a control"),
+    (["results", "--import", "{tmp}/escape_tag.jsonl"], r"escape_tag.jsonl:2: tags\[1\] holds a control"),
+    (["results", "--import", "{tmp}/escape_commit.jsonl"], r"escape_commit.jsonl:2: git_commit holds a control"),
+    (["results", "--import", "{tmp}/escape_run_dir.jsonl"], r"escape_run_dir.jsonl:2: run_dir holds a control"),
+    (["results", "--import", "{tmp}/escape_error.jsonl"], r"escape_error.jsonl:2: error.message holds a control"),
+    (["results", "--import", "{tmp}/escape_invalid.jsonl"], r"escape_invalid.jsonl:2: config: name=.* cannot name"),
+    (["results", "--import", "{tmp}/not_a_date.jsonl"], r"not_a_date.jsonl:2: recorded_at='not a date' is not a UTC"),
+    (["results", "--import", "{tmp}/no_gpu_name.jsonl"], r"no_gpu_name.jsonl:2: env.gpu_name is missing"),
+    (["results", "--import", "{tmp}/bench_no_env.jsonl"], r"bench_no_env.jsonl:1: env.gpu_name is missing"),
+    (["results", "--import", "{tmp}/bench_gpu_count.jsonl"], r"bench_gpu_count.jsonl:1: env.gpu_count=\"many\""),
+    (["results", "--import", "{tmp}/bench_date.jsonl"], r"bench_date.jsonl:1: recorded_at='yesterday' is not"),
+    # -- prepare-data ---------------------------------------------------------------------------------
+    (["prepare-data", "--input", "{tmp}/latin1.jsonl", "--output-prefix", "{tmp}/out"],
+     r"latin1.jsonl:1: not UTF-8 \(byte 0xe9 at column 14\): convert the file"),
+    (["prepare-data", "--input", "{tmp}/corpus.jsonl", "--output-prefix", "{tmp}/a_file.txt/out"],
+     r"--output-prefix .*a_file.txt/out: cannot make its folder"),
 ]

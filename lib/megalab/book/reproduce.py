@@ -21,9 +21,10 @@ on this machine's GPUs (or falls back to the reference record when it does not f
 they run with mode="live", which measures everything again. `auto` is passed through as is.
 `gpus`, when given, is injected as the notebooks' `gpus` parameter.
 
-Resuming. A notebook is skipped when its executed copy is newer than the source notebook, the
-results store (`results/*.jsonl`) and the library, and was made with the same parameters; `force`
-re-executes it. Kernel: papermill starts `python3` from a kernelspec written under `_build/kernels`
+Resuming. A notebook is skipped when its executed copy was made, with the same parameters, from the same
+content of everything it reads: the notebook, the results store (its path and every file in it),
+`results/probes/` and the library (`inputs_digest`, taken before the run and kept in the copy's metadata,
+so an edit made while it executes counts as a change); `force` re-executes it. Mtimes decide nothing. Kernel: papermill starts `python3` from a kernelspec written under `_build/kernels`
 that points at this interpreter (`sys.executable`), whatever other `python3` kernels are installed.
 """
 from __future__ import annotations
@@ -133,21 +134,36 @@ def kernel_dir(root=None) -> Path:
     return path
 
 
-def _inputs_mtime(src: Path, root: Path) -> float:
+def inputs_digest(src: Path, root: Path, parameters: dict) -> str:
+    """A digest of what an executed copy depends on: the notebook, the store's path and files, results/probes/,
+    the library's source and the parameters."""
+    import hashlib
+
     from megalab.runs import running as results
-    deps = [src, *results.default_root().glob("*.jsonl"), *Path(__file__).parents[1].rglob("*.py")]  # chapters/, theory/ too
-    return max(p.stat().st_mtime for p in deps if p.exists())
+    store = results.default_root()
+    data = [store, _root(root) / "results" / "probes"]
+    files = [src, *sorted({f for base in data if base.is_dir() for f in base.rglob("*")
+                           if f.is_file() and not f.is_symlink() and not f.name.endswith(".lock")}),
+             *sorted(Path(__file__).parents[1].rglob("*.py"))]  # chapters/, theory/ too
+    h = hashlib.blake2b(digest_size=16)
+    h.update(json.dumps([str(store.resolve()), parameters], sort_keys=True).encode())
+    for f in files:
+        h.update(f"\0{f}\0".encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
 
 
 def is_fresh(src: Path, dst: Path, parameters: dict, root: Path) -> bool:
-    """The executed copy exists, is newer than its inputs, and was run with these parameters."""
-    if not dst.exists() or dst.stat().st_mtime <= _inputs_mtime(src, root):
+    """The executed copy exists and was made, with these parameters, from inputs of the same content."""
+    if not dst.exists():
         return False
     try:  # a copy cut short (by a megalab that wrote in place) is not JSON: run the notebook again
-        meta = json.loads(dst.read_text()).get("metadata", {}).get("papermill", {})
-    except (ValueError, AttributeError):
+        meta = json.loads(dst.read_text()).get("metadata", {})
+    except (ValueError, AttributeError, OSError):
         return False
-    return meta.get("parameters") == parameters and meta.get("exception") in (None, False)
+    run = meta.get("papermill", {})
+    return (meta.get("megalab", {}).get("inputs") == inputs_digest(src, root, parameters)
+            and run.get("parameters") == parameters and run.get("exception") in (None, False))
 
 
 def execute(src: Path, dst: Path, parameters: dict, root: Path) -> None:
@@ -163,7 +179,9 @@ def execute(src: Path, dst: Path, parameters: dict, root: Path) -> None:
     os.environ["JUPYTER_PATH"] = os.pathsep.join(
         [str(kernel_dir(root)), *filter(None, [os.environ.get("JUPYTER_PATH")])])
     dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{dst.stem}.", suffix=".part.ipynb", dir=dst.parent)
+    _drop_orphan_parts(dst)
+    digest = inputs_digest(src, root, parameters)  # before: an edit made while it runs makes the copy stale
+    fd, name = tempfile.mkstemp(prefix=f".{dst.stem}.{os.getpid()}.", suffix=".part.ipynb", dir=dst.parent)
     os.close(fd)
     tmp = Path(name)
     try:
@@ -175,8 +193,22 @@ def execute(src: Path, dst: Path, parameters: dict, root: Path) -> None:
         else:
             os.replace(tmp, failed_path(dst))
         raise
+    nb = json.loads(tmp.read_text())
+    nb.setdefault("metadata", {})["megalab"] = {"inputs": digest}
+    tmp.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp.chmod(0o666 & ~umask)  # mkstemp made it 0600: the executed copy reads like any file written here
     os.replace(tmp, dst)
     failed_path(dst).unlink(missing_ok=True)
+
+
+def _drop_orphan_parts(dst: Path) -> None:
+    """Remove the `.part.ipynb` files of runs of this notebook whose process is gone (killed reproduces)."""
+    for part in dst.parent.glob(f".{dst.stem}.*.part.ipynb"):
+        pid = part.name[len(dst.stem) + 2:].split(".", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and Path("/proc/self").exists() and not Path(f"/proc/{pid}").exists():
+            part.unlink(missing_ok=True)
 
 
 def _interrupted(exc: BaseException) -> bool:

@@ -5,7 +5,7 @@ command line and calls them.
     runs      run (and run --dry-run), peer, fit, parity, slurm, prepare-data: training, here or on a cluster
     records   results, env, experiments, chapters, reproduce, bench: what is recorded, what records it, the book
 
-What every command shares is in `_answer`: the exit statuses, `BadArgument`, the RunConfig the flags
+What every command shares is in `shared`: the exit statuses, `BadArgument`, the RunConfig the flags
 describe, and the two ways to print an answer (an aligned table, JSON). The statuses and `BadArgument`
 are re-exported here.
 """

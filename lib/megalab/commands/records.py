@@ -7,11 +7,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from megalab.commands.shared import EXIT_OK, BadArgument, to_json, table
+from megalab.commands.shared import EXIT_OK, BadArgument, printable, table, to_json
 
 
 _RESULT_COLUMNS = ["label", "status", "step_time_s", "tflops_per_gpu", "mfu", "mem_reserved_peak_gib",
                    "loss_last", "gpu_name", "recorded_at", "key"]
+_LISTED = ("label", "key", "status", "config", "env", "recorded_at")   # what the table reads of a record
+
+
+def _listed(record: dict) -> dict:
+    """The part of a record the table shows (its series and profile are let go while the store streams by)."""
+    summary = record.get("summary") or {}
+    return {**{k: record[k] for k in _LISTED if k in record},
+            "summary": {k: summary.get(k) for k in _RESULT_COLUMNS if k in summary}}
 
 
 def cmd_results(ns) -> int:
@@ -20,24 +28,29 @@ def cmd_results(ns) -> int:
         raise BadArgument(f"--store {ns.store}: no such folder: pass a results folder (one holding runs.jsonl)")
     store = results.Store(ns.store)
     if ns.import_file:
-        before = len(store.load()) + len(store.load("bench"))
+        store.check()
+        before = sum(1 for kind in ("run", "bench") for _ in store.stream(kind))
         added = store.import_records(ns.import_file)
-        print(f"imported {added} new record(s) into {store.root} ({before} were there before)")
+        print(printable(f"imported {added} new record(s) into {store.root} ({before} were there before)"))
         return EXIT_OK
-    records = store.load(ns.kind, status=ns.status, key=ns.key,
+    found = store.stream(ns.kind, status=ns.status, key=ns.key,
                          label=(lambda s: ns.label in (s or "")) if ns.label else None)
-    if ns.json:
-        print(to_json(records))
+    if ns.json or ns.kind == "bench":  # JSON escapes every control character
+        shown = 0
+        for n, r in enumerate(found):
+            print((("[" if n == 0 else ",") + "\n" + to_json(r)) if ns.json else json.dumps(r))
+            shown += 1
+        if ns.json:
+            print("]" if shown else "[]")
+        if shown or ns.json:
+            return EXIT_OK
+        found = []
+    rows = [_listed(r) for r in found]
+    if not rows:
+        print(printable(f"no records in {store.path(ns.kind)} match"))
         return EXIT_OK
-    if not records:
-        print(f"no records in {store.path(ns.kind)} match")
-        return EXIT_OK
-    if ns.kind == "bench":
-        for r in records:
-            print(json.dumps(r))
-        return EXIT_OK
-    frame = results.to_frame(records)
-    print(frame[[c for c in _RESULT_COLUMNS if c in frame.columns]].to_string(index=False))
+    frame = results.to_frame(rows)
+    print(printable(frame[[c for c in _RESULT_COLUMNS if c in frame.columns]].to_string(index=False)))
     return EXIT_OK
 
 
@@ -72,6 +85,8 @@ def cmd_chapters(ns) -> int:
 
 def cmd_reproduce(ns) -> int:
     from megalab.book.reproduce import reproduce
+    if ns.gpus is not None and ns.gpus & (ns.gpus - 1):
+        raise BadArgument(f"--gpus {ns.gpus}: the chapters' layouts scale over powers of two: pass 1, 2, 4 or 8")
     return int(reproduce(ns.chapters or None, ns.mode, ns.gpus, ns.force) or 0)
 
 

@@ -6,6 +6,7 @@ What each exit status means is written once, in `megalab.cli`'s docstring.
 from __future__ import annotations
 
 import json
+import re
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_INVALID, EXIT_NOT_RECORDED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_BROKEN_PIPE = 141   # 128 + SIGPIPE, as a shell reports a writer whose reader went away
@@ -13,6 +14,15 @@ EXIT_BROKEN_PIPE = 141   # 128 + SIGPIPE, as a shell reports a writer whose read
 
 class BadArgument(ValueError):
     """An argument names something that is not there, or two arguments disagree; the message says which."""
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")   # all but tab and newline: escape sequences, ...
+
+
+def printable(text: str) -> str:
+    """Text safe to print on a terminal: control characters (an imported record's escape sequences, which would
+    retitle the window or clear the screen) shown as \\x1b and the like."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
 
 
 def fmt(v) -> str:
@@ -38,7 +48,7 @@ def _flat(d: dict, prefix: str = "") -> list[tuple[str, object]]:
 def table(d: dict) -> str:
     rows = _flat(d)
     width = max((len(k) for k, _ in rows), default=0)
-    return "\n".join(f"{k:<{width}}  {fmt(v)}" for k, v in rows)
+    return printable("\n".join(f"{k:<{width}}  {fmt(v)}" for k, v in rows))
 
 
 def to_json(obj) -> str:

@@ -262,6 +262,9 @@ def describe(row: dict) -> str:
     return f"{row['bench']:7s} {what:15s} gpus={row['gpus']} size={row.get('size_bytes') or row.get('m')}: {val:.1f}"
 
 
+WORKER = "MEGALAB_BENCH_WORKER"   # set in the ranks this command starts
+
+
 def main(argv=None) -> int:
     from megalab.usage import Parser, positive_int
     p = Parser(prog="megalab bench", description=__doc__.splitlines()[0])
@@ -269,18 +272,21 @@ def main(argv=None) -> int:
     p.add_argument("--only", choices=BENCHES, action="append", help="run this benchmark only (repeatable; "
                    "default: all)")
     args = p.parse_args(argv)
-    if "LOCAL_RANK" not in os.environ:  # not under torchrun yet: relaunch ourselves, one process per GPU
-        import torch
+    if os.environ.get(WORKER) != "1":  # not under our torchrun yet (a LOCAL_RANK may be inherited): relaunch
+        from megalab.machine.env import git_commit, local_gpus
+        from megalab.runs.launch import NotEnoughGPUs, child_env
+        git_commit()  # a $MEGALAB_COMMIT that is no commit name: said before anything is measured
+        have = local_gpus()[1]
         one = set(args.only or BENCHES) <= {"matmul", "hbm", "launch"}   # one GPU's benchmarks only
-        gpus = args.gpus or (1 if one else torch.cuda.device_count())
-        if gpus < 1:
-            print("megalab bench needs at least one CUDA GPU", file=sys.stderr)
+        gpus = args.gpus or (1 if one else have)
+        if have < 1:
+            print("megalab bench: needs at least one CUDA GPU: run it on a GPU host", file=sys.stderr)
             return 2
+        if gpus > have:
+            raise NotEnoughGPUs(f"--gpus {gpus}: this machine has {have} GPU(s): pass --gpus {have} or fewer")
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={gpus}",
                "-m", "megalab.machine.bench", f"--gpus={gpus}", *(f"--only={b}" for b in args.only or ())]
-        env = {**os.environ, "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-               "NVSHMEM_DISABLE_NVLS": "1"}
-        return subprocess.call(cmd, env=env)
+        return subprocess.call(cmd, env={**child_env(), WORKER: "1"})
     rows = _measure(args)
     if int(os.environ.get("RANK", 0)) == 0:
         from megalab.runs import running as results

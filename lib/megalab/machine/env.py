@@ -26,10 +26,22 @@ def repo_root() -> Path | None:
     return root if (root / "lib" / "megalab").is_dir() and (root / "pyproject.toml").exists() else None
 
 
+_COMMIT = re.compile(r"[0-9A-Za-z][0-9A-Za-z._+-]{0,79}")   # a hash or a tag, "+dirty" marked
+
+
+class BadCommit(ValueError):
+    """$MEGALAB_COMMIT is not a commit name: it would go into every record as it is."""
+
+
 def git_commit() -> str | None:
-    """The commit the code came from: $MEGALAB_COMMIT, else `git rev-parse HEAD`, else None."""
+    """The commit the code came from: $MEGALAB_COMMIT, else `git rev-parse HEAD`, else None. A $MEGALAB_COMMIT
+    that is not a commit name (a newline, an escape sequence, a space) raises BadCommit."""
     if os.environ.get("MEGALAB_COMMIT"):
-        return os.environ["MEGALAB_COMMIT"]
+        commit = os.environ["MEGALAB_COMMIT"]
+        if not _COMMIT.fullmatch(commit):
+            raise BadCommit(f"MEGALAB_COMMIT={commit[:40]!r} is not a commit name: set it to the commit's hex digits "
+                            f"(git rev-parse HEAD), or unset it")
+        return commit
     cwd = repo_root() or Path(__file__).resolve().parent
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import uuid
 from collections.abc import Iterable
 from datetime import datetime, timezone
@@ -243,8 +244,19 @@ _SUMMARY_TEXT, _SUMMARY_LISTS, _SUMMARY_MAPS = {"warmup_policy"}, {"mem_allocate
 
 def _is_amount(v) -> bool:
     """A measured amount: a finite, non-negative number (not a bool), or null where nothing was measured."""
+    return v is None or _amounts([v])
+
+
+def _amounts(values) -> bool:
+    """Whether every value is a measured amount (_is_amount): one pass in C over a series of thousands."""
     import math
-    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0)
+    numbers = [x for x in values if x is not None]
+    if not all(type(x) is float or type(x) is int for x in numbers):  # type(), not isinstance: no bools
+        return False
+    try:
+        return not numbers or (math.isfinite(sum(numbers)) and min(numbers) >= 0)
+    except OverflowError:  # an int no float can hold
+        return False
 
 
 def _measurement_problems(record: dict) -> list[str]:
@@ -255,16 +267,53 @@ def _measurement_problems(record: dict) -> list[str]:
         if name in _SUMMARY_TEXT:
             ok = isinstance(v, str)
         elif name in _SUMMARY_LISTS:
-            ok = isinstance(v, list) and all(_is_amount(x) for x in v)
+            ok = isinstance(v, list) and _amounts(v)
         elif name in _SUMMARY_MAPS:
-            ok = isinstance(v, dict) and all(_is_amount(x) for x in v.values())
+            ok = isinstance(v, dict) and _amounts(v.values())
         else:
             ok = _is_amount(v)
         if not ok:
             out.append(f"summary {name!r} should be a measured amount (a number >= 0, or null), not {json.dumps(v)[:40]}")
     for name, v in (series.items() if isinstance(series, dict) else ()):
-        if not (isinstance(v, list) and all(_is_amount(x) for x in v)):
+        if not (isinstance(v, list) and _amounts(v)):
             out.append(f"series {name!r} should be a list of numbers >= 0 (or nulls)")
+    return out
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")           # what a terminal would act on: escape sequences, ...
+_CONTROL_IN_TEXT = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")   # the same, less tab and newline (a traceback)
+_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|\+00:00)")   # UTC, as utc_now writes it
+_ENV_TYPES = {"gpu_count": int, "cpu_count": int, "gpu_mem_gib": (int, float)}   # the rest: text or null
+
+
+def _text_problems(record: dict) -> list[str]:
+    """Text an imported record would print raw on a reader's terminal (escape sequences retitle the window,
+    clear the screen, hide text), and fields whose form the chapters rely on (time, env)."""
+    out, bench = [], record.get("kind") == "bench"
+    fields = [(name, record.get(name)) for name in ("id", "key", "label", "status", "git_commit", "recorded_at",
+                                                    "run_dir", "kind", "bench")]
+    fields += [(f"tags[{i}]", t) for i, t in enumerate(record.get("tags") or []) if isinstance(t, str)]
+    env = record.get("env") if isinstance(record.get("env"), dict) else {}
+    fields += [(f"env.{k}", v) for k, v in env.items()]
+    out += [f"{name} holds a control character ({json.dumps(v)[:40]}): records hold printable text only"
+            for name, v in fields if isinstance(v, str) and _CONTROL.search(v)]
+    error = record.get("error") if isinstance(record.get("error"), dict) else {}
+    out += [f"error.{k} holds a control character other than tab and newline: records hold printable text only"
+            for k, v in error.items() if isinstance(v, str) and _CONTROL_IN_TEXT.search(v)]
+    at = record.get("recorded_at")
+    if isinstance(at, str) and not _TIME.fullmatch(at):
+        out.append(f"recorded_at={at[:40]!r} is not a UTC time like 2026-01-31T12:00:00Z")
+    for name, want in _ENV_TYPES.items():
+        v = env.get(name)
+        if v is not None and (not isinstance(v, want) or isinstance(v, bool) or not 0 <= v < 2 ** 31):
+            out.append(f"env.{name}={json.dumps(v)[:40]} should be a number of 0 or more, or null")
+    out += [f"env.{k}={json.dumps(v)[:40]} should be text or null" for k, v in env.items()
+            if k not in _ENV_TYPES and not isinstance(v, (str, type(None)))]
+    if bench or record.get("status") not in (None, "invalid"):  # what ran ran somewhere: chapters read its GPU
+        if not (isinstance(env.get("gpu_name"), str) and env["gpu_name"].strip()):
+            out.append("env.gpu_name is missing: a measurement names the GPU it ran on")
+        if not isinstance(env.get("gpu_count"), int):
+            out.append("env.gpu_count is missing: a measurement names how many GPUs the machine had")
     return out
 
 
@@ -305,6 +354,8 @@ def record_problems(record) -> list[str]:
         out.append(f"schema={record.get('schema')!r}: this megalab reads schema {SCHEMA}")
     if isinstance(record.get("id"), str) and not record["id"].strip():
         out.append("field 'id' is empty")
+    if not out:
+        out += _text_problems(record)
     if bench or out:
         return out
     from megalab.runs.config import RunConfig
@@ -325,6 +376,9 @@ def record_problems(record) -> list[str]:
         out.append("an ok run needs summary 'step_time_s' > 0")
     if record["status"] != "invalid":
         out += [f"config: {p}" for p in cfg.problems()]
+    else:  # a layout that could not start is a record; a name that cannot name a folder is not
+        from megalab.runs.layout_rules import name_problem
+        out += [f"config: {p}" for p in [name_problem(cfg.name)] if p]
     if cfg.key != record["key"]:
         out.append(f"key {record['key']!r} is not its config's key {cfg.key!r}")
     return out

@@ -11,6 +11,7 @@ import dataclasses
 
 from megalab.runs import presets
 from megalab.runs.config import RunConfig
+from megalab.usage import number, whole_number
 
 __all__ = ["add_config_args", "config_from_args", "config_to_args"]
 
@@ -20,7 +21,7 @@ _FLAGS = {"tied_embeddings": "--untied", "moe_dispatcher": "--dispatcher",  # el
           "compile": "--no-compile"}
 _OFF_FLAGS = {"tied_embeddings": "untie embeddings",  # booleans that default to True: their flag turns them off
               "compile": "run Megatron's and TE's fused ops eagerly (no torch.compile)"}
-_TYPES = {"int": int, "int | None": int, "float": float, "str": str, "str | None": str}
+_TYPES = {"int": whole_number, "int | None": whole_number, "float": number, "str": str, "str | None": str}
 
 
 def _flag(name: str) -> str:

@@ -5,7 +5,11 @@
 
 The run folder holds config.json, log.txt (stdout and stderr of all ranks, as printed) and
 metrics.jsonl (the metrics lines, see metrics.py). The child runs in its own session so a timeout
-or Ctrl-C stops the whole process group: no orphaned rank keeps holding GPU memory. A run that
+or Ctrl-C stops the whole process group, and the ranks torchrun starts (each in a session of its own) are
+stopped by name: no orphaned rank keeps holding GPU memory. A SIGTERM to this process (`timeout`, `kill`,
+a scheduler's preemption) is forwarded the same way and the run is recorded as a timeout; if this process
+dies without a word (kill -9), the kernel sends torchrun SIGTERM (PR_SET_PDEATHSIG) and torchrun stops its
+ranks. A run that
 fails (OOM, NCCL error, timeout, exception) returns a RunOutcome with that status: failures are
 results. Only a configuration that cannot start here raises, before anything is spawned.
 """
@@ -43,8 +47,18 @@ FORCED_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", 
 LIB_DIR = Path(__file__).resolve().parents[2]
 
 
+# what a torchrun sets for its ranks: inherited from a shell inside another run, they would mislead ours
+DISTRIBUTED_ENV = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
+                   "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+PR_SET_PDEATHSIG = 1   # prctl(2)
+
+
 class NotEnoughGPUs(RuntimeError):
     """The run needs more GPUs than this machine has; the message says how many."""
+
+
+class BadRunsFolder(ValueError):
+    """$MEGALAB_RUNS (or runs/) cannot hold run folders; the message says what to change."""
 
 
 @dataclass
@@ -114,7 +128,8 @@ def torchrun_command(cfg, run_dir, nnodes: int = 1, node_rank: int = 0, rdzv_end
 
 def child_env(env: dict | None = None, first: Path = LIB_DIR) -> dict:
     """os.environ + `env`, with FORCED_ENV forced and `first` (lib/, or the peer's checkout) first on PYTHONPATH."""
-    out = {**os.environ, **(env or {}), **FORCED_ENV}
+    out = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV}
+    out = {**out, **(env or {}), **FORCED_ENV}
     path = [p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p]
     out["PYTHONPATH"] = os.pathsep.join([str(first)] + [p for p in path if p != str(first)])
     return out
@@ -145,7 +160,13 @@ def new_run_dir(cfg, runs_root=None) -> Path:
             path.mkdir(parents=True)
             return path
         except FileExistsError:
-            continue
+            if path.is_dir():
+                continue
+            raise BadRunsFolder(f"runs folder {runs_root}: {path} is not a folder: set MEGALAB_RUNS to a folder") \
+                from None
+        except OSError as exc:  # /dev/null, a file on the way, a read-only disk, a name too long
+            raise BadRunsFolder(f"runs folder {runs_root}: cannot make {path.name} there ({exc.strerror}): set "
+                                f"MEGALAB_RUNS to a folder you can write") from None
     raise FileExistsError(base)
 
 
@@ -184,17 +205,81 @@ class _Progress:
             self.bar.close()
 
 
+def _descendants(pid: int) -> list[int]:
+    """The processes below `pid` (torchrun's ranks sit in sessions of their own, out of reach of killpg)."""
+    parents = {}
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat_file.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(stat_file.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        kids = parents.get(todo.pop(), [])
+        out += kids
+        todo += kids
+    return out
+
+
+def _signal(pids: Iterable[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def _kill_group(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
-    """SIGTERM the child's process group, then SIGKILL whatever is left after grace_s."""
+    """SIGTERM the child's process group (torchrun stops its ranks), then SIGKILL whatever is left after grace_s,
+    the ranks included."""
+    ranks = _descendants(proc.pid)
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5)):
         try:
             os.killpg(proc.pid, sig)
         except (ProcessLookupError, PermissionError):
-            return
+            pass
+        if sig == signal.SIGKILL:
+            _signal(ranks, sig)
         try:
             proc.wait(timeout=wait_s)
         except subprocess.TimeoutExpired:
             pass
+
+
+def _die_with_parent() -> None:
+    """preexec_fn of torchrun: SIGTERM it when this process dies, even by kill -9 (torchrun then stops its ranks)."""
+    import ctypes
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # not Linux: the SIGTERM handler and the timeouts remain
+        pass
+
+
+def popen(cmd: list[str], env: dict) -> subprocess.Popen:
+    """Start torchrun in a session of its own, output piped, bound to die with this process."""
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            env=env, start_new_session=True, preexec_fn=_die_with_parent)
+
+
+class _Terminated:
+    """While a run is watched: SIGTERM (main thread only) stops the run as a time limit does and is remembered."""
+
+    def __init__(self, on_term):
+        self.seen, self.on_term, self.previous = False, on_term, None
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        self.seen = True
+        threading.Thread(target=self.on_term, daemon=True).start()  # the handler must return: the loop reads on
+
+    def __exit__(self, *exc):
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
 
 
 def launch(cfg, runs_root=None, timeout_s: float = DEFAULT_TIMEOUT_S, progress: bool = True,
@@ -229,8 +314,7 @@ def launch(cfg, runs_root=None, timeout_s: float = DEFAULT_TIMEOUT_S, progress: 
             open(run_dir / "metrics.jsonl", "w", encoding="utf-8") as mfile:
         launched_at = time.time()  # the trainer's startup_s starts here (and the peer's)
         child = {**child_env(env, first), "MEGALAB_LAUNCH_T": repr(launched_at)}
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=child, start_new_session=True)
+        proc = popen(cmd, child)
 
         def on_timeout():
             timed_out.set()
@@ -246,7 +330,9 @@ def launch(cfg, runs_root=None, timeout_s: float = DEFAULT_TIMEOUT_S, progress: 
         exit_timer = threading.Timer(EXIT_GRACE_S, on_hang)
         exit_timer.daemon = True
         done = False  # the summary (ours) or "[after training is done]" (the peer's) seen: only the exit is left
+        terminated = _Terminated(on_timeout)
         try:
+            terminated.__enter__()
             for raw in proc.stdout:
                 line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
                 log.write(line + "\n")
@@ -266,6 +352,7 @@ def launch(cfg, runs_root=None, timeout_s: float = DEFAULT_TIMEOUT_S, progress: 
             _kill_group(proc, grace_s=3)
             raise
         finally:
+            terminated.__exit__()
             timer.cancel()
             exit_timer.cancel()
             bar.close()
@@ -283,6 +370,8 @@ def launch(cfg, runs_root=None, timeout_s: float = DEFAULT_TIMEOUT_S, progress: 
         if "--profile" in extra:
             peer.write_profile(run_dir)  # profile.json, as the trainer writes it: the record keeps it
     status, error = metrics.classify_failure(text, proc.returncode, timed_out.is_set())
+    if terminated.seen and status == "timeout":
+        error = {**error, "message": "the run was stopped by SIGTERM (timeout, kill or a scheduler's preemption)"}
     if hung.is_set() and not timed_out.is_set():
         status, error = "ok", None  # trained to the end: the exit, not the run, hung
         parsed.summary = {**(parsed.summary or {}), "exit_hung_s": EXIT_GRACE_S}

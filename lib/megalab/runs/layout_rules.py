@@ -15,6 +15,8 @@ from megalab.runs.axes import SIZES
 
 # a run's name goes into its folder (runs/<label>-<time>), an sbatch job name and the records
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+MAX_NAME = 64          # the run folder, runs/<label>-<time>, must stay under the 255 bytes a file name can take
+SEEDS = 2 ** 32        # torch, numpy and Python's random all take a seed in [0, 2**32)
 
 # MC transformer_config.__post_init__'s allowed recompute_modules (less the MLA and shared-expert ones)
 RECOMPUTE_MODULES = ("core_attn", "mlp", "layernorm", "moe_act", "moe")
@@ -29,6 +31,8 @@ def _divisors(n: int, most: int = 64) -> str:
 
 def name_problem(name) -> str | None:
     """Why `name` cannot name a run (it goes into a folder name and a script), or None when it can."""
+    if isinstance(name, str) and len(name) > MAX_NAME:
+        return f"name={name[:20]!r}... ({len(name)} characters) cannot name a run folder: use {MAX_NAME} at most"
     if isinstance(name, str) and _SAFE_NAME.fullmatch(name) and ".." not in name:
         return None
     return (f"name={name!r} cannot name a run folder: use letters, digits and . _ - only "
@@ -62,6 +66,8 @@ def problems(cfg, gpus_available=None, te_available=None, gpu_name=None) -> list
         add(name_problem(c.name))
     if c.experts < 0:
         add(f"experts={c.experts} must be 0 (dense) or more")
+    if not 0 <= c.seed < SEEDS:
+        add(f"seed={c.seed} must be a whole number from 0 to {SEEDS - 1}")
     if not 0.0 <= c.dropout < 1.0:
         add(f"dropout={c.dropout} must be in [0, 1)")
     if not (math.isfinite(c.lr) and c.lr > 0):

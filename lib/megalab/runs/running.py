@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import json
 import shlex
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 from megalab.records.store import (  # noqa: F401  (re-exported: results.Store, results.load, ...)
     BENCH,
     ERRATA,
     RUNS,
     Store,
+    StoreUnusable,
+    as_store,
     plain,
     same_gpu_name,
-    as_store,
     default_root,
     find,
     import_records,
@@ -117,6 +120,7 @@ def _live(cfg, store: Store, tags, timeout_s, progress, launch_kw=None) -> Resul
     from megalab.machine.env import git_commit
 
     launch_kw = launch_kw or {}
+    commit = git_commit()  # a $MEGALAB_COMMIT that is no commit name stops us before the run, not after
     outcome = launch.launch(cfg, timeout_s=timeout_s, progress=progress, **launch_kw)
     env = (outcome.parsed.summary or {}).get("env") if outcome.parsed else None
     if cfg.runner == "megatron-lm":  # the peer prints no environment: this process fingerprints the host
@@ -126,11 +130,27 @@ def _live(cfg, store: Store, tags, timeout_s, progress, launch_kw=None) -> Resul
         env = {**fingerprint(), "runner": f"Megatron-LM pretrain_gpt.py ({peer.release(where)})"}
         tags = [*tags, "peer"]
     gpu = (env or {}).get("gpu_name") or _local_hardware()[0]
-    record = make_record(cfg, outcome, predicted=_predict(cfg, gpu), env=env, git_commit=git_commit(),
+    record = make_record(cfg, outcome, predicted=_predict(cfg, gpu), env=env, git_commit=commit,
                          tags=tags)
     if launch_kw.get("node_rank", 0) > 0:  # multi-node: node 0 records the run, the others only take part
         return Result(record, "live")
-    return Result(store.append(record), "live")
+    try:
+        return Result(store.append(record), "live")
+    except (OSError, StoreUnusable) as exc:  # a full disk, a store made unusable while the run ran: keep it
+        raise StoreUnusable(f"{exc}; {_keep(record, outcome.run_dir)}") from None
+
+
+def _keep(record: dict, run_dir) -> str:
+    """Keep a run's record that the store refused beside its log (record.jsonl) and say how to import it; where
+    that fails too, print it whole to stderr."""
+    line = json.dumps(plain(record), separators=(",", ":"))
+    try:
+        kept = Path(run_dir) / "record.jsonl"
+        kept.write_text(line + "\n")
+        return f"the run's record is kept in {kept}: import it with `megalab results --import {kept}`"
+    except (OSError, TypeError):
+        print(line, file=sys.stderr)
+        return "the run's record is printed above: save it to a file and import it with `megalab results --import`"
 
 
 SETTLED = ("ok", "oom", "invalid")

@@ -44,7 +44,10 @@ def with_value(cfg, vary: str, value: int):
 
 
 class EmptyRange(ValueError):
-    """A fit has no value to probe: lo above hi, or no multiple of step between them."""
+    """A fit has no value to probe: lo above hi, or no multiple of step between them (or more than MAX_VALUES)."""
+
+
+MAX_VALUES = 4096   # values a fit may range over: each is looked up in the store before the bisection starts
 
 
 @dataclass
@@ -98,9 +101,13 @@ def fit(cfg, vary: str = "mbs", lo: int = 1, hi: int = 64, mode: str = "auto", s
     from megalab.runs.running import run
 
     step = step or _step(cfg, vary)
-    values = [v for v in range(lo, hi + 1) if v % step == 0]
+    values = range(-(-lo // step) * step, hi + 1, step)  # the multiples of step in [lo, hi], never listed whole
     if not values:
         raise EmptyRange(f"no multiple of {step} in [{lo}, {hi}]: widen the range (lo <= hi) or pass another step")
+    if len(values) > MAX_VALUES:
+        raise EmptyRange(f"[{lo}, {hi}] holds {len(values):,} multiples of {step}: narrow it to {MAX_VALUES} at most "
+                         f"(e.g. --hi {values[MAX_VALUES - 1]})")
+    values = list(values)
     out = FitResult(vary, None)
     known = {} if mode == "live" else _recorded_probes(cfg, vary, values, store, run_kw.get("gpu"))
     out.probes += sorted(known.items())
