@@ -128,7 +128,7 @@ def test_fused_unpermute_of_no_token_gives_the_zeros_the_unfused_path_gives(monk
 
 def test_fused_permute_to_no_token_takes_the_unfused_path(monkeypatch):
     """TE 2.11's fused permute to zero output tokens has a backward that reads a ctx.probs its forward never
-    set (the top-2 EP 2 allgather run, session 15): such calls go through Megatron's unfused permute, whose
+    set (the top-2 EP 2 allgather run): such calls go through Megatron's unfused permute, whose
     backward is an ordinary index_select's. A count on the GPU is not read (no sync per dispatch)."""
     import torch
     from megatron.core.transformer.moe import token_dispatcher
