@@ -1,91 +1,28 @@
-"""Optional measurements of a run, as probes: objects the loop calls at fixed points, each doing nothing
-unless it overrides the hook.
-
-    configure(cfg, config)            before the model is built: may change Megatron's TransformerConfig
-    start(run)                        model and optimizer built, before step 0 (`run`: a Run)
-    before_step(step)                 after zero_grad, right before forward_backward_func (inside the step's time)
-    before_forward(model)             a micro-batch enters forward_step_func (model: the chunk)
-    after_forward(model, output)      the chunk returned (output: per-token losses on the last stage)
-    after_step(step)                  the step's line is out
-    stop()                            after the loop, on every rank
+"""Optional measurements of a run, as probes: objects the loop calls at fixed points (the hooks of
+megalab.train.hooks.Probe), each doing nothing unless it overrides the hook.
 
 Every run takes ActivationMemory (its bytes join each step line); `for_run(cfg, profile)` lists the
 others: the stage clock and the profiler window with --profile, router counts on MoE runs, CUDA-graph
-capture with --cuda-graphs te or local. A
-script adds its own: `loop.main(argv, probes=[MyProbe()])` (tools/gpu/spikes.py). Every probe is an
+capture with --cuda-graphs te or local. A script adds its own: `loop.main(argv, probes=[MyProbe()])` (tools/gpu/spikes.py). Every probe is an
 instance: a run holds its own state, the module none. torch is imported inside the hooks.
 """
 
 import json
 import os
 import sys
-from dataclasses import dataclass
+
+from megalab.train.hooks import Probe, Probes, Run
+from megalab.train.stage_clock import StageClock
+
+__all__ = ["Probe", "Probes", "Run", "StageClock", "ActivationMemory", "RouterCounts", "ProfilerWindow",
+           "GraphCapture", "for_run", "profile_of", "PROFILE_STEPS"]
 
 PROFILE_STEPS = (5, 8)  # profile steps 5, 6, 7
-
-
-@dataclass
-class Run:
-    """What a probe may read once the run is built."""
-    cfg: object
-    rank: int
-    run_dir: str
-    model: list  # this rank's model chunks (DDP-wrapped)
-    optimizer: object
-    config: object  # Megatron's TransformerConfig
-    ddp_config: object
-
-
-class Probe:
-    """The hooks the loop calls; a probe overrides the ones it needs."""
-    def configure(self, cfg, config) -> None: ...
-    def start(self, run: Run) -> None: ...
-    def before_step(self, step: int) -> None: ...
-    def before_forward(self, model) -> None: ...
-    def after_forward(self, model, output) -> None: ...
-    def after_step(self, step: int) -> None: ...
-    def stop(self) -> None: ...
-
-
-class Probes(Probe):
-    """Several probes as one: each hook calls theirs in order."""
-
-    def __init__(self, probes: list):
-        self.probes = list(probes)
-
-    def configure(self, cfg, config) -> None:
-        for p in self.probes:
-            p.configure(cfg, config)
-
-    def start(self, run: Run) -> None:
-        for p in self.probes:
-            p.start(run)
-
-    def before_step(self, step: int) -> None:
-        for p in self.probes:
-            p.before_step(step)
-
-    def before_forward(self, model) -> None:
-        for p in self.probes:
-            p.before_forward(model)
-
-    def after_forward(self, model, output) -> None:
-        for p in self.probes:
-            p.after_forward(model, output)
-
-    def after_step(self, step: int) -> None:
-        for p in self.probes:
-            p.after_step(step)
-
-    def stop(self) -> None:
-        for p in self.probes:
-            p.stop()
 
 
 def for_run(cfg, profile: bool) -> list[Probe]:
     """The trainer's optional probes for a run, in the order the loop calls them (after ActivationMemory,
 which every run takes)."""
-    from megalab.train.stage_clock import StageClock
     out = []
     if profile:
         out.append(StageClock())

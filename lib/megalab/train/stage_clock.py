@@ -8,7 +8,7 @@ import json
 import os
 import sys
 
-from megalab.train.probes import Probe, Run
+from megalab.train.hooks import Probe, Run
 
 SCHEDULE_STEP = 3  # a profiled run times step 3's passes (after the warm-up steps, before the profiler)
 
