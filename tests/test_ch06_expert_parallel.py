@@ -86,7 +86,7 @@ def test_the_older_trainer_is_reachable():
 
 def test_both_top2_runs_are_recorded_and_nothing_at_two_gpus_is_queued():
     """The top-2 allgather run failed three times in TE 2.11 on zero tokens (sessions 12, 13 and 15); with
-    megalab.wiring's guards it trained (session 16): both dispatchers' top-2 runs are read at two GPUs and
+    megalab.train.workarounds' guards it trained (session 16): both dispatchers' top-2 runs are read at two GPUs and
     nothing there is queued; the expert-count fit searches (steps of 8 experts per EP rank) are read too."""
     from megalab.book.chapters.ch06_expert_parallel import pending
     assert pending(2) == {}

@@ -146,7 +146,6 @@ def test_python_dash_m(tmp_path):
     assert json.loads(out.stdout)["world_size"] == 2
 
 
-@pytest.mark.skipif(not (Path(cli.__file__).parent / "train.py").exists(), reason="trainer not written yet")
 def test_run_dry_run_on_cpu(store, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("MEGALAB_RUNS", str(tmp_path / "runs"))
     tiny = CFG.replace(layers=2, hidden=64, heads=2, vocab=512, seq=32, gbs=4)

@@ -42,7 +42,7 @@ def test_the_flags_say_the_same_model_layout_and_schedule():
 
 
 def test_cuda_graphs_become_megatron_lm_flags():
-    """--cuda-graph-impl as the trainer sets cuda_graph_impl (wiring.megatron_configs); MoE captures only
+    """--cuda-graph-impl as the trainer sets cuda_graph_impl (megalab.train.wiring.megatron_configs); MoE captures only
     attention and the router, as the trainer's cuda_graph_scope."""
     dense = peer.args(GPT12.replace(cuda_graphs="te"))
     assert dense[dense.index("--cuda-graph-impl") + 1] == "transformer_engine" and "--cuda-graph-scope" not in dense
@@ -169,12 +169,12 @@ ALLOWED = {
 @needs_checkout
 def test_the_peer_builds_the_trainers_transformer_config(monkeypatch):
     """Megatron-LM's own argparse, validate_args and core_transformer_config_from_args on the peer's flags
-    give the TransformerConfig the trainer builds (megalab.wiring), field for field but ALLOWED: the side by
+    give the TransformerConfig the trainer builds (megalab.train.wiring), field for field but ALLOWED: the side by
     side times one model. (MoE layouts need TE installed for Megatron-LM's rope-fusion check.)"""
     import contextlib
     import dataclasses
     import io
-    from megalab import wiring
+    from megalab.train import wiring
     A = _megatron_lm_arguments(monkeypatch)
     for c in (presets.get("gpt-1.2b").replace(gpus=2, cp=2, seq=8192, mbs=1, gbs=1),
               presets.get("gpt-2.5b").replace(gpus=2, tp=2, mbs=8, gbs=8),

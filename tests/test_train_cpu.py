@@ -110,7 +110,7 @@ def test_layouts_train_like_one_gpu(model, layout, one_gpu):
 
 def test_mlp_recompute_of_a_model_with_biases_trains_like_no_recompute():
     """megatron-core 0.16.1's MLP returns its fc2 bias parameter: under recompute_modules=mlp the backward
-    re-entered its own checkpoint without end (wiring.copy_mlp_bias_under_recompute); now the same steps."""
+    re-entered its own checkpoint without end (workarounds.copy_mlp_bias_under_recompute); now the same steps."""
     ref = cpu_train(1, GPT2)
     run = cpu_train(1, GPT2.replace(recompute="selective", recompute_modules="mlp"))
     assert curve(run, "loss") == pytest.approx(curve(ref, "loss"), rel=1e-6)
@@ -202,5 +202,5 @@ def _send_cuda_to_cpu() -> None:
 
 if __name__ == "__main__":  # torchrun worker: python -m torch.distributed.run ... test_train_cpu.py FLAGS
     _send_cuda_to_cpu()
-    from megalab import train
-    train.main(sys.argv[1:])
+    from megalab.train import loop
+    loop.main(sys.argv[1:])

@@ -1,7 +1,7 @@
-"""megalab.wiring without a process group: the hooks it sets on Megatron's config."""
+"""megalab.train.wiring without a process group: the objects and hooks it sets up for Megatron."""
 from types import SimpleNamespace
 
-from megalab.wiring import wire_schedule
+from megalab.train.wiring import wire_schedule
 
 
 def test_wire_schedule_sets_megatron_hooks_and_restores_param_sync_after_step_0():
@@ -28,159 +28,34 @@ def test_wire_schedule_sets_megatron_hooks_and_restores_param_sync_after_step_0(
     assert config.param_sync_func is Chunk.start_param_sync and calls[-1] == "on"
 
 
-def test_cuda_graphs_map_onto_megatron_and_need_no_capture_step_by_default():
-    """cuda_graphs reaches TransformerConfig as Megatron-LM's --cuda-graph-impl does (with TE's graph-safe RNG);
-    at 'none' (every record so far) nothing changes and graph_capture does nothing before a step."""
-    from megalab.runs import presets
-    from megalab.wiring import graph_capture, megatron_configs
-    c = presets.get("gpt-350m").replace(impl="local")
-    _, none, _, _ = megatron_configs(c, dry_run=True)
-    assert (none.cuda_graph_impl, none.use_te_rng_tracker) == ("none", False)
-    _, local, _, _ = megatron_configs(c.replace(cuda_graphs="local"), dry_run=True)
-    assert (local.cuda_graph_impl, local.cuda_graph_scope, local.use_te_rng_tracker) == ("local", [], True)
-    assert graph_capture(c, none, model=None, optimizer=None, ddp_config=None)(3) is None
-
-
-def test_the_graphs_are_released_after_the_loop_as_megatron_lm_does(monkeypatch):
-    """Session 18: both captures trained all 20 steps and hung at exit. The trainer now deletes the graphs
-    after its loop (Megatron-LM's train() does for TE's; Megatron's delete_cuda_graphs for the local ones)."""
-    from megatron.core.transformer import cuda_graphs
-    from megalab.runs import presets
-    from megalab.wiring import graph_capture, megatron_configs
-    c = presets.get("gpt-350m").replace(impl="local")
-    _, none, _, _ = megatron_configs(c, dry_run=True)
-    assert graph_capture(c, none, None, None, None).release() is None  # nothing captured, nothing to do
-    deleted = []
-    monkeypatch.setattr(cuda_graphs, "delete_cuda_graphs", lambda: deleted.append("local"))
-    local = c.replace(cuda_graphs="local")
-    _, config, _, _ = megatron_configs(local, dry_run=True)
-    before_step = graph_capture(local, config, None, None, None)
-    assert before_step(1) is None and not deleted
-    before_step.release()
-    assert deleted == ["local"]
-
-
-def test_local_capture_forks_the_tp_rng_under_sequence_parallelism(monkeypatch):
-    """Megatron's local capture runs outside TransformerBlock's TP RNG fork: under SP the wrapper forks around it,
-    as TE's capture does; without SP, or with TE's capture, schedules.create_cudagraphs stays Megatron's."""
-    import contextlib
-    from megatron.core.pipeline_parallel import schedules
-    from megatron.core.tensor_parallel import random
-    from megalab.runs import presets
-    from megalab.wiring import fork_rng_for_local_capture
-    calls = []
-    monkeypatch.setattr(schedules, "create_cudagraphs", lambda: calls.append("capture") or "graphs")
-    real = schedules.create_cudagraphs
-
-    class Tracker:
-        @contextlib.contextmanager
-        def fork(self):
-            calls.append("fork")
-            yield
-            calls.append("join")
-    monkeypatch.setattr(random, "get_cuda_rng_tracker", Tracker)
-    c = presets.get("gpt-350m").replace(gpus=2, tp=2)
-    for cfg in (c.replace(cuda_graphs="local"), c.replace(sp=True, cuda_graphs="te"), c.replace(sp=True)):
-        fork_rng_for_local_capture(cfg)
-        assert schedules.create_cudagraphs is real
-    fork_rng_for_local_capture(c.replace(sp=True, cuda_graphs="local"))
-    fork_rng_for_local_capture(c.replace(sp=True, cuda_graphs="local"))  # a second run in the process: one wrapper
-    assert schedules.create_cudagraphs() == "graphs" and calls == ["fork", "capture", "join"]
-
-
 def test_ddp_is_built_once_and_in_place_without_cuda():
     """on_capture_stream builds DDP on torch.cuda.graph's capture stream when graphs are on and CUDA is there;
     on this CPU machine (and at cuda_graphs none) it just builds."""
-    from megalab.runs import presets
-    from megalab.wiring import on_capture_stream
+    from megalab import presets
+    from megalab.train.wiring import on_capture_stream
     built = []
     for graphs in ("none", "te"):
         assert on_capture_stream(presets.get("gpt-350m").replace(cuda_graphs=graphs), lambda: built.append(1) or "ddp") == "ddp"
     assert built == [1, 1]
 
 
-def test_grouped_gemm_with_every_group_empty_skips_the_kernel_and_zeroes_like_te():
-    """TE 2.11's CUTLASS grouped GEMM crashes when no group has work (TE pull request 3037): the guard
-    answers such calls itself, as TE's loop over empty groups would, and passes every other call through."""
-    import torch
-    from megalab.runs import presets
-    from megalab.wiring import guard_empty_grouped_gemm
-
-    calls = []
-    tex = SimpleNamespace(te_general_grouped_gemm=lambda *a: calls.append(a) or "real")
-    moe = presets.get("olmoe-like")
-    guard_empty_grouped_gemm(moe.replace(impl="local"), tex)  # no CUTLASS switch: nothing to guard
-    assert not hasattr(tex.te_general_grouped_gemm, "skips_empty")
-    guard_empty_grouped_gemm(moe, tex)
-    guard_empty_grouped_gemm(moe, tex)  # idempotent: wrapped once
-    gemm = tex.te_general_grouped_gemm
-    empty, x = torch.empty(0, 4), torch.ones(3, 4)
-    # weight gradients of two experts that received no token (not accumulated): zeroed, kernel skipped
-    wgrads, dbias = [torch.ones(4, 4), torch.ones(4, 4)], [torch.ones(4), torch.ones(4)]
-    tail = ([torch.empty(0)], 0, False, False, 0)  # workspace, size, accumulate, split accumulator, SMs
-    out = gemm([empty, empty], True, [empty, empty], False, wgrads, 0, [0, 0], dbias, 0, False,
-               [torch.empty(0)] * 2, True, *tail)
-    assert out is dbias and not calls
-    assert all(float(t.abs().sum()) == 0 for t in wgrads + dbias)
-    # accumulating into main_grad: left as they are
-    main_grads = [torch.ones(4, 4)]
-    gemm([empty], True, [empty], False, main_grads, 0, [0], [torch.empty(0)], 0, False, [torch.empty(0)], True,
-         [torch.empty(0)], 0, True, False, 0)
-    assert float(main_grads[0].sum()) == 16 and not calls
-    # one group with tokens: TE's own kernel runs
-    assert gemm([x, empty], True, [x, empty], False, None, 0, [3, 0], [], 0, False, [], False, *tail) == "real"
-    assert len(calls) == 1
+def test_cuda_graphs_map_onto_megatron_as_megatron_lm_does():
+    """cuda_graphs reaches TransformerConfig as Megatron-LM's --cuda-graph-impl does (with TE's graph-safe
+    RNG); at 'none' nothing changes."""
+    from megalab import presets
+    from megalab.train.wiring import megatron_configs
+    c = presets.get("gpt-350m").replace(impl="local")
+    _, none, _, _ = megatron_configs(c, dry_run=True)
+    assert (none.cuda_graph_impl, none.use_te_rng_tracker) == ("none", False)
+    _, local, _, _ = megatron_configs(c.replace(cuda_graphs="local"), dry_run=True)
+    assert (local.cuda_graph_impl, local.cuda_graph_scope, local.use_te_rng_tracker) == ("local", [], True)
 
 
-def test_fused_unpermute_of_no_token_gives_the_zeros_the_unfused_path_gives(monkeypatch):
-    """TE 2.11's fused unpermute returns an empty tensor for zero tokens (the allgather dispatcher then fails
-    on a rank whose experts got none): the guard answers with restore_shape's zeros, tied to the graph."""
-    import torch
-    from megatron.core.transformer.moe import token_dispatcher
-    from megalab.runs import presets
-    from megalab.wiring import guard_empty_permutation
-
-    monkeypatch.setattr(token_dispatcher, "unpermute", token_dispatcher.unpermute)   # restored after the test
-    monkeypatch.setattr(token_dispatcher, "permute", token_dispatcher.permute)
-    guard_empty_permutation(presets.get("olmoe-like"))
-    guard_empty_permutation(presets.get("olmoe-like"))   # wrapped once
-    unpermute = token_dispatcher.unpermute
-    assert unpermute.empty_ok
-    empty = torch.empty(0, 8, requires_grad=True)
-    out = unpermute(empty, torch.empty(0, dtype=torch.long), torch.Size([5, 8]), fused=True)
-    assert out.shape == (5, 8) and not out.any()
-    out.sum().backward()
-    assert empty.grad is not None and empty.grad.shape == (0, 8)
-    # tokens present (and the unfused path): Megatron's own unpermute, unchanged
-    tokens, order = torch.arange(6.0).view(3, 2), torch.tensor([2, 0, 1])
-    assert torch.equal(unpermute(tokens, order, torch.Size([3, 2])), tokens[[1, 2, 0]])
-
-
-def test_fused_permute_to_no_token_takes_the_unfused_path(monkeypatch):
-    """TE 2.11's fused permute to zero output tokens has a backward that reads a ctx.probs its forward never
-    set (the top-2 EP 2 allgather run, session 15): such calls go through Megatron's unfused permute, whose
-    backward is an ordinary index_select's. A count on the GPU is not read (no sync per dispatch)."""
-    import torch
-    from megatron.core.transformer.moe import token_dispatcher
-    from megalab.runs import presets
-    from megalab.wiring import guard_empty_permutation
-
-    seen = []
-    def spy(tokens, routing_map, *args, num_out_tokens=None, fused=False, **kwargs):
-        seen.append(fused)
-        return real(tokens, routing_map, *args, num_out_tokens=num_out_tokens, fused=False, **kwargs)
-    real = token_dispatcher.permute
-    monkeypatch.setattr(token_dispatcher, "permute", spy)
-    monkeypatch.setattr(token_dispatcher, "unpermute", token_dispatcher.unpermute)
-    guard_empty_permutation(presets.get("olmoe-like"))
-    permute = token_dispatcher.permute
-    tokens = torch.randn(4, 8, requires_grad=True)
-    nobody = torch.zeros(4, 2, dtype=torch.bool)                      # no token routed to this rank's 2 experts
-    out, _, order = permute(tokens, nobody, num_out_tokens=nobody.sum(0).sum(), fused=True)
-    assert out.shape == (0, 8) and seen == [False]
-    out.sum().backward()
-    assert tokens.grad is not None and not tokens.grad.any()
-    some = torch.tensor([[True, False], [False, True], [False, False], [True, False]])
-    permute(tokens, some, num_out_tokens=3, fused=True)               # tokens present: fused, as asked
-    permute(tokens, nobody, num_out_tokens=0, fused=True)            # a Python int zero: unfused
-    assert seen == [False, True, False]
+def test_the_layout_is_one_mapping_shared_by_the_process_groups_and_the_model_config():
+    """initialize_model_parallel's arguments and TransformerConfig's layout fields come from one dict."""
+    from megalab import presets
+    from megalab.train.wiring import megatron_configs
+    c = presets.get("olmoe-like").replace(impl="local", gpus=16, tp=2, pp=2, vpp=2, cp=2, ep=2, etp=1)
+    parallel, config, _, _ = megatron_configs(c, dry_run=True)
+    assert parallel["tensor_model_parallel_size"] == 2 and parallel["virtual_pipeline_model_parallel_size"] == 2
+    assert {k: getattr(config, k) for k in parallel} == parallel

@@ -29,7 +29,7 @@ _MODULES = {"presets": "runs.presets", "config": "runs.config", "flags": "runs.f
             "recording": "book.recording", "reproduce": "book.reproduce", "widgets": "book.widgets",
             "chapters": "book.chapters", "bench": "machine.bench", "env": "machine.env",
             "hardware": "machine.hardware", "theory": "theory", "charts": "charts", "metrics": "metrics",
-            "data": "data", "wiring": "wiring"}
+            "data": "data", "wiring": "train.wiring"}
 
 
 def __getattr__(name):

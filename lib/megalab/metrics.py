@@ -52,7 +52,7 @@ KINDS = ("budget", "step", "summary", "error", "params", "nodes")
 WARMUP_STEPS = 3
 MEDIAN_FIELDS = ("step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu")
 PEAK_FIELDS = ("mem_allocated_peak_gib", "mem_reserved_peak_gib")
-# the max over steps too; present only where measured (train.ACTIVATIONS: the rank computing the loss)
+# the max over steps too; present only where measured (probes.ActivationMemory: the rank computing the loss)
 MEASURED_FIELDS = ("act_gib",)
 STATUSES = ("ok", "oom", "nccl_error", "timeout", "failed", "invalid")
 TRACEBACK_LINES = 15

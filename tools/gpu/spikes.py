@@ -1,24 +1,24 @@
-"""Where do gpt-350m's one-step loss spikes come from? The trainer, with two probes added.
+"""Where do gpt-350m's one-step loss spikes come from? The trainer, with one probe added.
 
     torchrun --standalone --nproc_per_node=1 tools/gpu/spikes.py --preset gpt-350m --impl local \
         --mbs 4 --gbs 16 --iters 50 --lr 1e-4 > spikes.log
 
 On the local spec at lr 1e-4 the single-GPU loss jumps by 2-5 nats at steps 10 and 28, bit for bit in
 repeats, and every layout jumps at the same steps; the step after, the loss is back on its trend.
-Two probes tell a batch-made spike (one odd sequence) from a weight-made one (every sequence):
+The probe tells a batch-made spike (one odd sequence) from a weight-made one (every sequence):
 
     {"kind": "samples", "step", "microbatch", "mean": [per-sequence mean loss], "max": [per-sequence max]}
     {"kind": "update", "step", "rel": {group: |dW| / |W|}, "norm": {group: |W|}}
 
 `update` is the optimizer step's relative change per parameter group (embeddings, norms, attention,
-MLP, output layer), taken around `optimizer.step()`. Everything else is `python -m megalab.train`.
+MLP, output layer): weights read before the step's forward pass and after its line. Everything else is
+`python -m megalab.train`.
 """
-import json
 import sys
 
-import torch
-
-from megalab import train
+from megalab.train import loop
+from megalab.train.log import emit
+from megalab.train.probes import Probe
 
 GROUPS = ("word_embeddings", "position_embeddings", "layernorm", "linear_qkv", "linear_proj",
           "linear_fc1", "linear_fc2", "output_layer", "final_layernorm")
@@ -29,53 +29,36 @@ def group_of(name: str) -> str:
     return found[-1] if found else "other"
 
 
-def emit(obj):
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
+class Spikes(Probe):
+    """Per-sequence losses of every micro-batch, and the optimizer step's relative change per group."""
 
+    def start(self, run):
+        from megatron.core.utils import get_attr_wrapped_model
+        self.cfg, self.calls, self.before = run.cfg, 0, None
+        self.last = {id(m) for m in run.model if get_attr_wrapped_model(m, "post_process")}
+        self.params = [(group_of(n), p) for m in run.model for n, p in m.named_parameters()]
 
-calls = {"n": 0}
-loss_func = train.loss_func
+    def before_step(self, step):
+        self.before = [p.detach().float().clone() for _, p in self.params]
 
+    def after_forward(self, model, output):
+        if id(model) not in self.last:  # the per-token losses [b, s] GPTModel returns on the last stage
+            return
+        per_token = output.detach().float()
+        step, k = divmod(self.calls, self.cfg.num_microbatches)
+        self.calls += 1
+        emit({"kind": "samples", "step": step, "microbatch": k, "mean": per_token.mean(dim=1).tolist(),
+              "max": per_token.max(dim=1).values.tolist()})
 
-def probing_loss_func(loss_mask, output_tensor):
-    per_token = output_tensor.detach().float()  # [b, s]: the per-token losses GPTModel returns
-    cfg = probing_loss_func.cfg
-    step, k = divmod(calls["n"], cfg.num_microbatches)
-    calls["n"] += 1
-    emit({"kind": "samples", "step": step, "microbatch": k, "mean": per_token.mean(dim=1).tolist(),
-          "max": per_token.max(dim=1).values.tolist()})
-    return loss_func(loss_mask, output_tensor)
-
-
-build_training = train.build_training
-
-
-def probing_build_training(cfg, chunks, *args, **kw):
-    model, optimizer, scheduler = build_training(cfg, chunks, *args, **kw)
-    probing_loss_func.cfg = cfg
-    params = [(group_of(n), p) for m in model for n, p in m.named_parameters()]
-    step_fn, steps = optimizer.step, {"n": 0}
-
-    def step():
-        before = [p.detach().float().clone() for _, p in params]
-        out = step_fn()
+    def after_step(self, step):
         rel, norm = {}, {}
-        for (g, p), b in zip(params, before):
+        for (g, p), b in zip(self.params, self.before):
             rel[g] = rel.get(g, 0.0) + float((p.detach().float() - b).pow(2).sum())
             norm[g] = norm.get(g, 0.0) + float(b.pow(2).sum())
-        emit({"kind": "update", "step": steps["n"],
+        emit({"kind": "update", "step": step,
               "rel": {g: (rel[g] / norm[g]) ** 0.5 if norm[g] else 0.0 for g in rel},
               "norm": {g: v ** 0.5 for g, v in norm.items()}})
-        steps["n"] += 1
-        return out
 
-    optimizer.step = step
-    return model, optimizer, scheduler
-
-
-train.loss_func = probing_loss_func
-train.build_training = probing_build_training
 
 if __name__ == "__main__":
-    train.main()
+    loop.main(sys.argv[1:], probes=[Spikes()])

@@ -48,7 +48,7 @@ PLAN = [(0, v) for v in VARIANTS] + [(1, v) for v in ("trainer", "no-compile")]
 def worker(argv: list[str]) -> None:
     """Runs inside torchrun: the trainer module first (its start-up clock starts at its import, so what a
     variant imports counts as imports, not as torchrun), then the variant's patch, then the trainer."""
-    from megalab import train
+    from megalab.train import loop
     if os.environ.get("PROBE_IMPORT_JAX"):
         try:
             import jax  # noqa: F401  (the trainer's sys.modules block then finds it loaded)
@@ -63,7 +63,7 @@ def worker(argv: list[str]) -> None:
                 kw["device_id"] = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
             return init(backend, **kw)
         torch.distributed.init_process_group = eager
-    train.main(argv)
+    loop.main(argv)
 
 
 def emit(out, obj: dict) -> None:

@@ -188,7 +188,7 @@ def compare(pairs: dict) -> "pd.DataFrame":  # noqa: F821
 
 
 def schedule_tasks(profile: dict, chunks: int = 1) -> list:
-    """The measured pipeline schedule of a profiled record (`profile.schedule`, megalab.train_log.StageClock)
+    """The measured pipeline schedule of a profiled record (`profile.schedule`, megalab.train.stage_clock)
     as charts.gantt tasks: one row per stage, kind "F"/"B" (with the chunk, "F1", when a GPU holds several),
     labelled with the micro-batch, seconds from the step's start. Empty if the run kept none."""
     sched = (profile or {}).get("schedule") or {}

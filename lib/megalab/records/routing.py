@@ -1,4 +1,4 @@
-"""The tokens each expert received, as an MoE run recorded them (routing.json, megalab.train_log.RouterCounts).
+"""The tokens each expert received, as an MoE run recorded them (routing.json, megalab.train.probes.RouterCounts).
 
 Every MoE run's record keeps, per MoE layer, the token copies each expert received over the steps after
 the warm-up (summed over the data-parallel ranks: all the tokens of those steps), and per step and layer

@@ -196,7 +196,7 @@ def _read_json(run_dir, name: str):
 
 def _profile(run_dir) -> dict:
     """{"profile": ...} from a profiled run's profile.json (kernel time by category, one step's timeline),
-    schedule.json (each pipeline stage's forward and backward passes of one step, megalab.train_log.StageClock)
+    schedule.json (each pipeline stage's forward and backward passes of one step, megalab.train.stage_clock)
     and the other ranks' profile_rank<r>.json (their kernel time by category, under "ranks")."""
     out = dict(_read_json(run_dir, "profile.json") or {})
     if schedule := _read_json(run_dir, "schedule.json"):

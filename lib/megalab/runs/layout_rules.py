@@ -90,7 +90,7 @@ def problems(cfg, gpus_available=None, te_available=None, gpu_name=None) -> list
         add(f"gpus={c.gpus} is not divisible by etp*ep*pp={emp}: the expert groups must tile the GPUs; "
             f"use gpus a multiple of {emp} or lower ep/etp")
     # MC tensor_parallel.layers.VocabParallelEmbedding: the vocabulary splits evenly over tp (megalab does
-    # not pad it per tp, so that every layout trains the same model: train.py, layout-invariant init)
+    # not pad it per tp, so that every layout trains the same model: megalab.train.weights, layout-invariant init)
     if c.vocab % c.tp:
         add(f"vocab={c.vocab} is not divisible by tp={c.tp}: use a vocab that is a multiple of 128*tp "
             f"(e.g. {c.padded_vocab})")

@@ -21,13 +21,14 @@ import re
 from datetime import datetime
 from pathlib import Path
 
-from megalab import metrics, theory, wiring
+from megalab import metrics, theory
 from megalab.runs.axes import lm_flags
 from megalab.runs.config import hierarchical_cp
+from megalab.train import wiring
 
 RELEASE = "core_v0.16.1"  # the Megatron-LM tag of the pinned megatron-core
 CLONE = f"git clone --depth 1 --branch {RELEASE} https://github.com/NVIDIA/Megatron-LM .peer/Megatron-LM"
-MOE_AUX_LOSS_COEFF = 1e-2  # as megalab.wiring
+MOE_AUX_LOSS_COEFF = 1e-2  # as megalab.train.wiring
 
 
 class PeerNotFound(FileNotFoundError):
@@ -65,7 +66,7 @@ def release(path: Path) -> str:
 def args(cfg) -> list[str]:
     """pretrain_gpt.py's flags for this config: the one place Megatron-LM's argument names appear.
 
-    Mirrors megalab.wiring.megatron_configs (model, layout, precision, optimizer and schedule), with
+    Mirrors megalab.train.wiring.megatron_configs (model, layout, precision, optimizer and schedule), with
     mock data (or cfg.data) through Megatron's NullTokenizer: its vocabulary is --vocab-size + 1 (the
     end-of-document id), padded to a multiple of make_vocab_size_divisible_by * tp, which is chosen
     so that nothing is padded and both trainers build the same embedding.
@@ -86,7 +87,7 @@ def args(cfg) -> list[str]:
         "--micro-batch-size", cfg.mbs, "--global-batch-size", cfg.gbs, "--bf16",
         "--transformer-impl", "transformer_engine" if te else "local",
         "--no-gradient-accumulation-fusion",  # Megatron's linears need Apex (wiring.with_wgrad_fusion)
-        # optimizer and schedule (megalab.wiring.build_training)
+        # optimizer and schedule (megalab.train.wiring.build_training)
         "--optimizer", "adam", "--lr", cfg.lr, "--min-lr", cfg.lr / 10, "--weight-decay", 0.1,
         "--adam-beta1", 0.9, "--adam-beta2", 0.95, "--adam-eps", 1e-8, "--clip-grad", 1.0,
         "--lr-decay-style", "cosine", "--lr-warmup-iters", warmup, "--lr-decay-iters", cfg.iters,
@@ -137,23 +138,23 @@ PEER_TRACE = "peer_trace"  # the folder of the peer's torch.profiler trace, insi
 
 def profile_args(run_dir) -> list[str]:
     """pretrain_gpt.py's flags for megalab's --profile: torch.profiler on rank 0 over the trainer's windows
-    (ProfilerStep#5-7, megalab.train_log.PROFILE_STEPS), its trace written under run_dir/peer_trace. Megatron-LM
+    (ProfilerStep#5-7, megalab.train.probes.PROFILE_STEPS), its trace written under run_dir/peer_trace. Megatron-LM
     steps its profiler before each iteration and the trainer after, so the peer's windows hold iterations 4-6
     where the trainer's hold steps 5-7: both past warm-up."""
-    from megalab.train_log import PROFILE_STEPS
+    from megalab.train.probes import PROFILE_STEPS
     first, end = PROFILE_STEPS
     return ["--profile", "--use-pytorch-profiler", "--profile-step-start", str(first), "--profile-step-end", str(end),
             "--profile-ranks", "0", "--tensorboard-dir", str(Path(run_dir) / PEER_TRACE)]
 
 
 def write_profile(run_dir) -> bool:
-    """profile.json from the peer's trace, as the trainer writes its own (megalab.train_log.profile_of): kernel
+    """profile.json from the peer's trace, as the trainer writes its own (megalab.train.probes.profile_of): kernel
     seconds per step by category and the last window's kernel timeline, which the record keeps. The raw
     trace is removed (hundreds of MB with Megatron-LM's stacks and shapes). False when there is no trace,
     or none that reads (a run killed while writing it): the run's record then has no profile."""
     import json
     import shutil
-    from megalab.train_log import profile_of
+    from megalab.train.probes import profile_of
     traces = sorted((Path(run_dir) / PEER_TRACE).glob("*.pt.trace.json"))
     if not traces:
         return False
@@ -167,7 +168,7 @@ def write_profile(run_dir) -> bool:
 
 
 def environment(cfg) -> dict:
-    """The trainer's own run environment (megalab.wiring.environment): one hardware queue with TP or CP,
+    """The trainer's own run environment (megalab.train.wiring.environment): one hardware queue with TP or CP,
     which pretrain_gpt.py asserts, and the same grouped-GEMM kernel for TE's experts."""
     return wiring.environment(cfg)
 

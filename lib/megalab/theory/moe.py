@@ -77,7 +77,7 @@ def expert_gemms_per_step(cfg) -> int:
     linears × 3 passes (forward, dgrad, wgrad; one more forward under full recompute) × MoE layers per stage
     × micro-batches. Transformer Engine 2.11's GroupedLinear runs one cuBLAS GEMM per expert by default
     (common/gemm/cublaslt_gemm.cu, multi_stream_cublas_gemm), as Megatron's SequentialMLP does; the trainer
-    sets NVTE_USE_CUTLASS_GROUPED_GEMM=1 (megalab.wiring.environment), so on Hopper forward and dgrad run one
+    sets NVTE_USE_CUTLASS_GROUPED_GEMM=1 (megalab.train.wiring.environment), so on Hopper forward and dgrad run one
     CUTLASS kernel per linear, and the count measures the per-expert work the host still does (step_model's
     expert_gemm constant prices it)."""
     if not cfg.experts:
@@ -96,7 +96,7 @@ def host_syncs_per_step(cfg, permute_fusion: bool | None = None) -> int:
     allgather: tokens_per_expert `.cpu()` (token_dispatcher.py:295) and local_probs.masked_select
       (token_dispatcher.py:304), plus the unfused permutation's masked_select (moe_utils.py:369): 3, or 2.
     The backward pass reuses the sizes and adds none. A dense layer has none. permute_fusion None: as the
-    trainer runs it (fused with Transformer Engine, megalab.wiring).
+    trainer runs it (fused with Transformer Engine, megalab.train.wiring).
     """
     if not cfg.experts:
         return 0

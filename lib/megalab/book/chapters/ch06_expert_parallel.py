@@ -12,7 +12,7 @@ one call (tag `spread`, records.REPEAT_TAGS: the notebook reads them apart by SP
 
 The trainer changed under these records: from commit 70bfd18 on, Transformer Engine's linears accumulate
 weight gradients straight into the fp32 main_grad, and MoE layers use Megatron's fused permutation and
-router and TE's CUTLASS grouped GEMM (megalab.wiring). A configuration's newest record answers it; the
+router and TE's CUTLASS grouped GEMM (megalab.train.wiring). A configuration's newest record answers it; the
 ones made before `FUSIONS_AT` ran the older trainer (the chapter sets them side by side).
 """
 

@@ -1,0 +1,12 @@
+"""The trainer: `python -m megalab.train ...` or `torchrun ... -m megalab.train ...` (flags: loop.py).
+
+    loop         the run, read top to bottom: Megatron's building blocks and a ~20-line loop
+    wiring       RunConfig -> Megatron Core's config objects, DDP, optimizer (the one long-name mapping)
+    log          the metrics lines (budget, step, summary) and the collectives behind them
+    hooks        the Probe protocol: where in the loop a measurement may act
+    probes       optional measurements hooked into the loop; stage_clock is one of them
+    workarounds  upstream bugs patched by one call, each with its versions and when to delete it
+    weights      the layout-invariant init
+
+Importing the package starts neither torch nor CUDA.
+"""
