@@ -15,6 +15,7 @@ it sets the environment variables that CUDA and torch._dynamo read when they loa
 import importlib.util
 
 from megalab import theory
+from megalab.runs.axes import AXES
 from megalab.runs.config import hierarchical_cp
 
 MOE_AUX_LOSS_COEFF = 1e-2
@@ -36,11 +37,10 @@ def megatron_configs(cfg, dry_run: bool = False):
     te, swiglu, moe = cfg.impl == "te", cfg.activation == "swiglu", cfg.experts > 0
     bias = theory.has_bias(cfg)  # theory counts parameters with the same rule
     have = lambda mod: importlib.util.find_spec(mod) is not None  # noqa: E731
-    parallel = dict(  # initialize_model_parallel's arguments, and TransformerConfig's layout fields
-        tensor_model_parallel_size=cfg.tp, pipeline_model_parallel_size=cfg.pp,
-        virtual_pipeline_model_parallel_size=cfg.vpp if cfg.vpp > 1 else None, context_parallel_size=cfg.cp,
-        hierarchical_context_parallel_sizes=_hierarchical(cfg),
-        expert_model_parallel_size=cfg.ep, expert_tensor_parallel_size=cfg.etp)
+    # initialize_model_parallel's arguments, and TransformerConfig's layout fields: the one mapping (runs.axes)
+    parallel = {a.mcore: getattr(cfg, a.short) for a in AXES if a.mcore}
+    parallel.update(virtual_pipeline_model_parallel_size=cfg.vpp if cfg.vpp > 1 else None,
+                    hierarchical_context_parallel_sizes=_hierarchical(cfg))
     recompute = {"none": {}, "selective": dict(recompute_granularity="selective",
                                                recompute_modules=list(cfg.recompute_module_names)),
                  "full": dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)}
