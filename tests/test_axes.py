@@ -1,7 +1,6 @@
 """The AXES table against the code that spells its names: RunConfig, peer, Megatron Core, the trainer."""
 import dataclasses
 import inspect
-from pathlib import Path
 
 import pytest
 
