@@ -77,7 +77,7 @@ BAD_INPUTS = [
     (["plan", "--json", "extra"], r"megalab plan: error: unrecognized arguments: extra"),
     (["plan", "--search", "--top", "0"], r"argument --top: 0 is too small"),
     (["plan", *TINY, "--top", "3"], r"--top 3 ranks the layouts of --search: add --search"),
-    (["plan", "--search", *TINY, "--gpus", "0"], r"invalid configuration:\n  gpus=0 must be at least 1"),
+    (["plan", "--search", *TINY, "--gpus", "0"], r"invalid configuration: gpus=0 must be at least 1"),
     # -- run ------------------------------------------------------------------------------------------
     (["run", *TINY, "--mode", "fast"], r"argument --mode: invalid choice: 'fast'"),
     (["run", *TINY, "--gpu", "H100"], r"unrecognized arguments: --gpu H100"),   # not an abbreviation of --gpus
