@@ -66,7 +66,7 @@ def test_box_flags_are_the_peers_own():
 
 
 def test_box_leaves_out_sizes_of_one_and_keeps_what_the_layout_sets():
-    flags = dict((f, v) for f, v in frame.box_flags(DP4))
+    flags = dict(frame.box_flags(DP4))
     assert "--tensor-model-parallel-size" not in flags and "--cp-comm-type" not in flags
     assert {"--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather"} <= set(flags)
     flags = dict(frame.box_flags(TP4))

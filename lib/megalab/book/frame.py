@@ -15,7 +15,6 @@ tools/check_html.py hold them to those rules; the other chapters keep the older 
 from __future__ import annotations
 
 import math
-import textwrap
 
 from megalab.runs.axes import AXES
 
