@@ -47,7 +47,7 @@ def hbm_figure(hbm, peak_tbs: float, title: str = "HBM copy bandwidth"):
 
 def collective_table(nccl):
     """Peak bus bandwidth (GB/s) of each collective by GPU count, worded headers."""
-    t = nccl.pivot_table(index="op", columns="gpus", values="busbw_gbs", aggfunc="max").round(0)
+    t = nccl.pivot_table(index="op", columns="gpus", values="busbw_gbs", aggfunc="max").round(0).astype(int)
     t.index = [_OPS.get(op, op) for op in t.index]
     t.columns = [f"{n} GPUs, GB/s" for n in t.columns]
     return t.rename_axis("collective")
