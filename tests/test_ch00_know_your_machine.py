@@ -75,8 +75,24 @@ def test_host_probe_reads_the_store_file(tmp_path):
     got = ch00.host_probe(tmp_path)
     assert got["links"] == ["NV18"]
     t = ch00.host_table(got)
-    assert t.loc["virtual machine or bare metal", "value"] == "bare metal"
-    assert t.loc["host time per eager kernel launch", "value"] == "7.0 µs"
+    assert list(t.columns) == ["reference host"]
+    assert t.loc["virtual machine or bare metal", "reference host"] == "bare metal"
+    assert t.loc["host time per eager kernel launch", "reference host"] == "7.0 µs"
+
+
+def test_yours_reads_the_launch_point_just_measured_here():
+    launch = {"bench": "launch", "recorded_at": "2026-01-02", "eager_launch_host_us": 4.0,
+              "graph_kernel_wall_us": 0.5, "env": {"gpu_name": "NVIDIA H100", "gpu_count": 8, "torch": "2.11.0"},
+              "host": {"cpu_model": "EPYC", "cpu_count": 128, "vm": False, "nccl": "2.27.3", "topology": TOPO}}
+    df = pd.DataFrame([{**launch, "source": "reference"}, {**launch, "source": "yours"}])
+    mine = ch00.yours(df)
+    assert mine["links"] == ["NV18"] and mine["cpu_count"] == 128
+    probe = {**mine, "cpu_model": "Xeon", "vm": True}
+    t = ch00.host_table(probe, mine)
+    assert list(t.columns) == ["reference host", "your host"]
+    assert t.loc["CPU", "your host"] == "EPYC" and t.loc["GPUs", "your host"] == "8 × NVIDIA H100"
+    assert ch00.yours(df.assign(source="reference")) is None
+    assert ch00.yours(_hbm().assign(source="yours")) is None
 
 
 def test_the_committed_probe_is_the_4xh200_host():

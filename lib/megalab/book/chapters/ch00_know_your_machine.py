@@ -88,16 +88,38 @@ def links(topo: str) -> list[str]:
     return sorted(kinds)
 
 
-def host_table(probe: dict):
-    """The host in words: CPU, cores, VM or bare metal, GPUs, NCCL, links, launch costs."""
+def yours(df) -> dict | None:
+    """The reader's own host, in host_probe's keys, from the newest `launch` point of `df` whose source is
+    "yours" (the bench just run here); None when there is none."""
+    if "source" not in df or "eager_launch_host_us" not in df:
+        return None
+    rows = df[(df["bench"] == "launch") & (df["source"] == "yours")]
+    if rows.empty:
+        return None
+    r = rows.sort_values("recorded_at").iloc[-1]
+    host, env = r.get("host") or {}, r.get("env") or {}
+    return {"cpu_model": host.get("cpu_model") or "?", "cpu_count": host.get("cpu_count") or "?",
+            "vm": bool(host.get("vm")), "gpu": env.get("gpu_name") or "?", "gpu_count": env.get("gpu_count") or "?",
+            "nccl": host.get("nccl") or "?", "torch": env.get("torch") or "?",
+            "links": links(host.get("topology") or ""), "eager_launch_host_us": float(r["eager_launch_host_us"]),
+            "graph_kernel_wall_us": float(r["graph_kernel_wall_us"])}
+
+
+def host_table(probe: dict, mine: dict | None = None):
+    """The host in words: CPU, cores, VM or bare metal, GPUs, NCCL, links, launch costs; with `mine`
+    (yours(df)), a second column for the reader's own host."""
     import pandas as pd
-    rows = {"CPU": probe["cpu_model"], "CPU cores (logical)": str(probe["cpu_count"]),
-            "virtual machine or bare metal": "virtual machine" if probe["vm"] else "bare metal",
-            "GPUs": f"{probe['gpu_count']} × {probe['gpu']}", "NCCL": probe["nccl"], "PyTorch": probe["torch"],
-            "GPU-to-GPU links": ", ".join(probe["links"]) or "none",
-            "host time per eager kernel launch": f"{probe['eager_launch_host_us']:.1f} µs",
-            "time per kernel replayed from a CUDA graph": f"{probe['graph_kernel_wall_us']:.2f} µs"}
-    return pd.DataFrame({"value": rows}).rename_axis("")
+    cols = {"reference host": probe} | ({"your host": mine} if mine else {})
+    return pd.DataFrame({name: _host_words(h) for name, h in cols.items()}).rename_axis("")
+
+
+def _host_words(h: dict) -> dict:
+    return {"CPU": h["cpu_model"], "CPU cores (logical)": str(h["cpu_count"]),
+            "virtual machine or bare metal": "virtual machine" if h["vm"] else "bare metal",
+            "GPUs": f"{h['gpu_count']} × {h['gpu']}", "NCCL": h["nccl"], "PyTorch": h["torch"],
+            "GPU-to-GPU links": ", ".join(h["links"]) or "none",
+            "host time per eager kernel launch": f"{h['eager_launch_host_us']:.1f} µs",
+            "time per kernel replayed from a CUDA graph": f"{h['graph_kernel_wall_us']:.2f} µs"}
 
 
 def host_cost(group, name: str = "gpt-1.2b", tp: int = 2) -> dict:
