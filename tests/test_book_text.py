@@ -111,3 +111,12 @@ def test_the_parameters_cell_holds_literals():
     assert "want exactly one" in budgets.parameters_problems(nb(("code", "x = 1")))[0]
     bad = nb(("code", 'mode = "cached"\ngpus = len(range(4))\nimport os', "parameters"))
     assert len(budgets.parameters_problems(bad)) == 2
+
+
+def test_papers_cited_on_the_reader_path_are_linked():
+    linked = "As [Korthikanti et al. 2022](https://arxiv.org/abs/2205.05198) show, and Korthikanti et al. (2022) again."
+    assert budgets.citation_problems(nb(("markdown", linked))) == []
+    bare = nb(("markdown", "Narayanan et al. 2021 measured it; in 2021 and 1024 tokens."), ("markdown", "## Evidence"),
+              ("markdown", "[Narayanan et al. 2021](https://arxiv.org/abs/2104.04473)"))
+    assert budgets.citation_problems(bare) == ["Narayanan et al. 2021 is cited but never linked: link it "
+                                               "(megalab.book.references.cite)"]

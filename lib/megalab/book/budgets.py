@@ -8,7 +8,9 @@ at most WORDS words of prose (markdown; code blocks, math and directive lines le
 {glue:text}`x:.1f` counted as one word), code cells of at most CELL_LINES lines and CELL_COLUMNS columns, no
 `def`. Over the whole notebook: at most GLUES `glue(` calls, each naming its value with a string literal
 (or an f-string, read as a pattern); every name the prose reads ({glue:text}, {glue:}, {glue:figure}, the
-glue directives) is glued, every glued name is read; one cell tagged `parameters`, holding literals only.
+glue directives) is glued, every glued name is read; one cell tagged `parameters`, holding literals only;
+every paper cited on the reader path ("Korthikanti et al. 2022") linked at least once
+(megalab.book.references has the links).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ _GLUE_NAME = re.compile(r"\bglue\(\s*(f?)(['\"])(.*?)\2")
 _GLUE_READ = re.compile(r"\{glue(?::\w*)?\}`([^`:]+)(?::[^`]*)?`")
 _GLUE_DIRECTIVE = re.compile(r"^\s*(?:`{3,}|:{3,})\{glue(?::\w*)?\}\s+(\S+)", re.M)
 _DEF = re.compile(r"^\s*(async\s+)?def\s", re.M)
+CITATION = re.compile(r"\b([A-Z][A-Za-z-]+(?: et al\.?| and [A-Z][A-Za-z-]+)?),? \(?((?:19|20)\d\d)\b")
 
 
 def source(cell) -> str:
@@ -148,8 +151,17 @@ def parameters_problems(nb: dict) -> list[str]:
     return out
 
 
+def citation_problems(nb: dict) -> list[str]:
+    """Papers cited on the reader path ("Narayanan et al. 2021") that no link there points to."""
+    md = "\n".join(source(c) for c in reader_path(nb) if c.get("cell_type") == "markdown")
+    linked = {(m.group(1), m.group(2)) for text in _LINK.findall(md) for m in CITATION.finditer(text)}
+    cited = [(m.group(1), m.group(2)) for m in CITATION.finditer(md) if "et al" in m.group(1) or " and " in m.group(1)]
+    return [f"{a} {y} is cited but never linked: link it (megalab.book.references.cite)"
+            for a, y in dict.fromkeys(cited) if (a, y) not in linked]
+
+
 def problems(nb: dict) -> list[str]:
     """Every budget a rewritten chapter notebook breaks, one line each; [] when it keeps them all."""
     n = prose_words(nb)
     out = [f"{n} words of prose on the reader path: at most {WORDS} (move the rest to Evidence)"] if n > WORDS else []
-    return out + glue_problems(nb) + cell_problems(nb) + parameters_problems(nb)
+    return out + glue_problems(nb) + cell_problems(nb) + parameters_problems(nb) + citation_problems(nb)
