@@ -45,17 +45,17 @@ def test_hbm_figure_shades_the_sizes_that_fit_in_l2():
 
 
 def test_collective_table_has_worded_headers_and_whole_numbers():
-    t = ch00.collective_table(_nccl())
-    assert list(t.columns) == ["2 GPUs, GB/s", "4 GPUs, GB/s"]
-    assert list(t.index) == ["all-reduce", "all-to-all"] and t.index.name == "collective"
-    assert t.loc["all-reduce", "4 GPUs, GB/s"] == 330
+    t = ch00.collective_table(_nccl()).data.set_index("collective")
+    assert list(t.columns) == ["2 GPUs (GB/s)", "4 GPUs (GB/s)"]
+    assert list(t.index) == ["all-reduce", "all-to-all"]
+    assert t.loc["all-reduce", "4 GPUs (GB/s)"] == 330
     assert ch00.bus_gbs(_nccl(), "all_to_all", 2, 1 << 20) == pytest.approx(30.0)
 
 
 def test_probe_checks_counts_all_reduce_probes_only():
     df = _nccl()
     df.loc[0, "correct"] = False
-    t = ch00.probe_checks(df)
+    t = ch00.probe_checks(df).data.set_index("GPUs")
     assert list(t.columns) == ["all-reduce probes", "every probe correct"]
     assert t.loc[2, "all-reduce probes"] == 4 and t.loc[2, "every probe correct"] == "no"
     assert t.loc[4, "every probe correct"] == "yes"
@@ -74,7 +74,7 @@ def test_host_probe_reads_the_store_file(tmp_path):
     (tmp_path / ch00.PROBE).write_text(json.dumps(probe))
     got = ch00.host_probe(tmp_path)
     assert got["links"] == ["NV18"]
-    t = ch00.host_table(got)
+    t = ch00.host_table(got).data.set_index("")
     assert list(t.columns) == ["reference host"]
     assert t.loc["virtual machine or bare metal", "reference host"] == "bare metal"
     assert t.loc["host time per eager kernel launch", "reference host"] == "7.0 µs"
@@ -88,7 +88,7 @@ def test_yours_reads_the_launch_point_just_measured_here():
     mine = ch00.yours(df)
     assert mine["links"] == ["NV18"] and mine["cpu_count"] == 128
     probe = {**mine, "cpu_model": "Xeon", "vm": True}
-    t = ch00.host_table(probe, mine)
+    t = ch00.host_table(probe, mine).data.set_index("")
     assert list(t.columns) == ["reference host", "your host"]
     assert t.loc["CPU", "your host"] == "EPYC" and t.loc["GPUs", "your host"] == "8 × NVIDIA H100"
     assert ch00.yours(df.assign(source="reference")) is None

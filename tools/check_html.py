@@ -45,12 +45,13 @@ URL = re.compile(r"\b(?:https?://|www\.)\S+")
 RUN_KEY = re.compile(r"\S*_tp\d+_pp\d+_cp\d+\S*")
 NAN = re.compile(r"\b(NaN|nan)\b")
 WIDTHS = (1000, 1400)   # viewport widths at which no figure title may be clipped
-# the main text of a page (code inputs, scripts and MathJax left out), its text nodes joined by spaces so that
-# neighbouring tick labels never run together; and each plotly figure's labels, title and whether it is clipped
+# the main text of a page (code inputs, the In Megatron-LM box's commands, scripts and MathJax left out), its
+# text nodes joined by spaces so that neighbouring tick labels never run together; and each plotly figure's labels, title and whether it is clipped
 READER_JS = """() => {
   const root = (document.querySelector('article.bd-article') || document.querySelector('main') || document.body)
     .cloneNode(true);
-  root.querySelectorAll('.cell_input, script, style, mjx-container, .headerlink').forEach(e => e.remove());
+  root.querySelectorAll('.cell_input, script, style, mjx-container, .headerlink, .admonition pre')
+    .forEach(e => e.remove());
   const parts = [], walk = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
   while (walk.nextNode()) parts.push(walk.currentNode.nodeValue);
   const figures = [...document.querySelectorAll('.js-plotly-plot')].map(gd => {

@@ -45,12 +45,18 @@ def hbm_figure(hbm, peak_tbs: float, title: str = "HBM copy bandwidth"):
     return fig.update_layout(yaxis_range=[0, 1.1 * peak_tbs])
 
 
+def shown(df):
+    """df for display (frame.table): its columns as they are, the index hidden."""
+    from megalab.book import frame
+    return frame.table(df, {c: c for c in df.columns})
+
+
 def collective_table(nccl):
-    """Peak bus bandwidth (GB/s) of each collective by GPU count, worded headers."""
+    """Peak bus bandwidth (GB/s) of each collective by GPU count, worded headers (a Styler; .data the frame)."""
     t = nccl.pivot_table(index="op", columns="gpus", values="busbw_gbs", aggfunc="max").round(0).astype(int)
     t.index = [_OPS.get(op, op) for op in t.index]
-    t.columns = [f"{n} GPUs, GB/s" for n in t.columns]
-    return t.rename_axis("collective")
+    t.columns = [f"{n} GPUs (GB/s)" for n in t.columns]
+    return shown(t.rename_axis("collective").reset_index())
 
 
 def bus_gbs(nccl, op: str, gpus: int, size_bytes: int) -> float:
@@ -65,7 +71,7 @@ def probe_checks(nccl):
     g = nccl.groupby("gpus")["correct"]
     out = g.agg(["size", "all"]).rename(columns={"size": "all-reduce probes", "all": "every probe correct"})
     out["every probe correct"] = out["every probe correct"].map({True: "yes", False: "no"})
-    return out.rename_axis("GPUs")
+    return shown(out.rename_axis("GPUs").reset_index())
 
 
 def host_probe(store=None) -> dict:
@@ -110,7 +116,7 @@ def host_table(probe: dict, mine: dict | None = None):
     (yours(df)), a second column for the reader's own host."""
     import pandas as pd
     cols = {"reference host": probe} | ({"your host": mine} if mine else {})
-    return pd.DataFrame({name: _host_words(h) for name, h in cols.items()}).rename_axis("")
+    return shown(pd.DataFrame({name: _host_words(h) for name, h in cols.items()}).rename_axis("").reset_index())
 
 
 def _host_words(h: dict) -> dict:
