@@ -37,3 +37,99 @@ def runs(gpus: int = 4, iters: int = ITERS, gpu: str = "H200") -> dict:
         "groups": {"dp_weak": Group("ch01.dp-weak", [c.replace(iters=GROUP_ITERS, cuda_graphs="te") for c in weak],
                                     profiled=len(weak) - 1)},
     }
+
+
+# -- the chapter's tables: rows built from the records and theory, worded headers and units ------------------
+SEQ_PER_GPU = 16   # the weak-scaling series: sequences per GPU per step
+
+
+def reduce_cost(cfgs, gpu: str = "H200"):
+    """The gradient all-reduce each data-parallel step pays, predicted: one row per DP degree above 1,
+    'GB per GPU' (theory: 2 (d-1)/d x 4 bytes per parameter), 'bus GB/s' (chapter 00's best NCCL all-reduce
+    over d GPUs) and 'all-reduce (ms)', their quotient."""
+    import pandas as pd
+    from megalab import theory
+    from megalab.machine.bench import best_bus_bandwidth
+    rows = []
+    for c in cfgs:
+        if c.dp > 1:
+            nbytes, bw = theory.plan(c, gpu)["comm_bytes_per_step"]["dp"], best_bus_bandwidth("all_reduce", c.dp)
+            rows.append({"GPUs": c.dp, "GB per GPU": nbytes / 1e9, "bus GB/s": bw, "all-reduce (ms)": nbytes / bw / 1e6})
+    return pd.DataFrame(rows).set_index("GPUs")
+
+
+def weak_scaling(group, reduce=None):
+    """The comparison group ch01.dp-weak (timings.group) as a weak-scaling table, one row per DP degree, fewest
+    GPUs first: 'GPUs', 'step (ms)' (median) with its 95% interval 'low (ms)'..'high (ms)', 'tokens per
+    second', 'efficiency' (the one-GPU step over this one: the work per GPU is fixed), 'MFU', 'GPU busy' (the
+    profiled configuration's share). With `reduce` (reduce_cost): 'predicted step (ms)', the one-GPU step
+    plus the all-reduce, and 'predicted efficiency'."""
+    import pandas as pd
+    df = pd.DataFrame({"GPUs": [c.dp for c in group["cfg"]], "step (ms)": group["median_ms"].to_numpy(),
+                       "low (ms)": group["lo_ms"].to_numpy(), "high (ms)": group["hi_ms"].to_numpy(),
+                       "tokens": [c.gbs * c.seq for c in group["cfg"]], "MFU": group["mfu"].to_numpy(),
+                       "GPU busy": group["gpu_busy"].to_numpy()}).sort_values("GPUs", ignore_index=True)
+    if df["GPUs"].iloc[0] != 1:
+        raise ValueError("weak scaling needs the one-GPU run as its baseline: the group has none")
+    t1 = df["step (ms)"].iloc[0]
+    df["tokens per second"] = df.pop("tokens") / df["step (ms)"] * 1e3
+    df["efficiency"] = t1 / df["step (ms)"]
+    if reduce is not None:
+        df["predicted step (ms)"] = t1 + df["GPUs"].map(reduce["all-reduce (ms)"]).fillna(0.0)
+        df["predicted efficiency"] = t1 / df["predicted step (ms)"]
+    return df
+
+
+def memory_by_dp(runs, gpu: str = "H200"):
+    """Peak memory per GPU against theory, one row per run (megalab.run results): 'GPUs', 'optimizer'
+    ('replicated' or 'distributed'), 'measured (GiB)' (PyTorch's reserved peak), 'predicted (GiB)' and
+    'error' (measured over predicted, minus 1)."""
+    import pandas as pd
+    from megalab import theory
+    df = pd.DataFrame([{"GPUs": r.config.dp, "optimizer": "distributed" if r.config.dist_opt else "replicated",
+                        "measured (GiB)": r.summary["mem_reserved_peak_gib"],
+                        "predicted (GiB)": theory.plan(r.config, gpu)["memory_gib"]["total"]} for r in runs])
+    df["error"] = df["measured (GiB)"] / df["predicted (GiB)"] - 1
+    return df
+
+
+def memory_bars(measured, predicted_only=(), gpu: str = "H200"):
+    """memory_by_dp's rows in long form for charts.grouped_bars: 'GPUs' (a category; configurations in
+    `predicted_only` appear as "8 (predicted)"), 'GiB per GPU' and 'bar' ("replicated, measured",
+    "distributed, predicted", ...)."""
+    import pandas as pd
+    from megalab import theory
+    rows = [{"GPUs": str(r["GPUs"]), "optimizer": r["optimizer"], "kind": kind, "GiB per GPU": r[f"{kind} (GiB)"]}
+            for _, r in measured.iterrows() for kind in ("predicted", "measured")]
+    rows += [{"GPUs": f"{c.dp} (predicted)", "optimizer": "distributed" if c.dist_opt else "replicated",
+              "kind": "predicted", "GiB per GPU": theory.plan(c, gpu)["memory_gib"]["total"]} for c in predicted_only]
+    df = pd.DataFrame(rows)
+    df["bar"] = df["optimizer"] + " optimizer, " + df["kind"]
+    order = [f"{o} optimizer, {k}" for o in ("replicated", "distributed") for k in ("predicted", "measured")]
+    return df.assign(bar=pd.Categorical(df["bar"], order)).sort_values("bar", kind="stable")[["GPUs", "bar", "GiB per GPU"]]
+
+
+def accumulation_memory(runs, gpu: str = "H200"):
+    """Gradient accumulation's memory: one row per run (megalab.run results, one GPU), 'micro-batches' per
+    step, 'sequences per step', 'measured (GiB)' (reserved peak) and 'predicted (GiB)'."""
+    import pandas as pd
+    from megalab import theory
+    return pd.DataFrame([{"micro-batches": r.config.num_microbatches, "sequences per step": r.config.gbs,
+                          "measured (GiB)": r.summary["mem_reserved_peak_gib"],
+                          "predicted (GiB)": theory.plan(r.config, gpu)["memory_gib"]["total"]} for r in runs])
+
+
+def largest_micro_batch(fits: dict):
+    """{(DP degree, 'replicated' or 'distributed'): (Fit, its FitResult)} as a table: 'GPUs', 'optimizer',
+    'largest micro-batch' (the search's answer) and 'predicted'."""
+    import pandas as pd
+    return pd.DataFrame([{"GPUs": dp, "optimizer": opt, "largest micro-batch": result.largest,
+                          "predicted": fit.predicted} for (dp, opt), (fit, result) in fits.items()])
+
+
+def measured_and_predicted(df, x: str):
+    """A table with 'measured (GiB)' and 'predicted (GiB)' columns in long form for charts.grouped_bars:
+    `x` (as text), 'kind' ('predicted' or 'measured') and 'GiB per GPU'."""
+    long = df.melt(id_vars=[x], value_vars=["predicted (GiB)", "measured (GiB)"], var_name="kind",
+                   value_name="GiB per GPU")
+    return long.assign(**{x: long[x].astype(str), "kind": long["kind"].str.removesuffix(" (GiB)")})
