@@ -69,3 +69,15 @@ def test_largest_micro_batch_table():
     df = ch01.largest_micro_batch(fits)
     assert list(df["GPUs"]) == [1, 2, 4] and df["largest micro-batch"].is_monotonic_increasing
     assert (df["largest micro-batch"] - df["predicted"]).abs().max() <= 2
+
+
+def test_eager_timings_name_each_run_and_whether_it_ran_alone():
+    df = ch01.eager_timings({"weak, micro-batch 4": [megalab.run(c, "cached") for c in CH["weak"]]})
+    assert list(df["layout"]) == ["1 GPU", "DP 2", "DP 4"] and list(df["sequences per step"]) == [16, 32, 64]
+    assert df["alone on its host"].dtype == bool and (df["step (ms)"] > 100).all()
+
+
+def test_parity_curves_are_named_in_words():
+    curves = ch01.parity_curves(CH["parity"].run("cached"))
+    assert list(curves) == ["1 GPU, 4 micro-batches of 4", "DP 4 + distributed optimizer"]
+    assert all(len(c["loss"]) == len(c["step"]) > 0 for c in curves.values())

@@ -133,3 +133,26 @@ def measured_and_predicted(df, x: str):
     long = df.melt(id_vars=[x], value_vars=["predicted (GiB)", "measured (GiB)"], var_name="kind",
                    value_name="GiB per GPU")
     return long.assign(**{x: long[x].astype(str), "kind": long["kind"].str.removesuffix(" (GiB)")})
+
+
+def eager_timings(series: dict):
+    """The evidence page's eager runs, one row per run: {series name: [megalab.run results]} as 'series',
+    'layout' (frame.describe), 'micro-batch', 'sequences per step', 'step (ms)', 'MFU', 'alone on its host'
+    (False where the run shared the host with other jobs). They are no comparison group: each row stands
+    alone, with its own host and trainer."""
+    import pandas as pd
+    from megalab.book.frame import describe
+    return pd.DataFrame([{"series": name, "layout": describe(r.config), "micro-batch": r.config.mbs,
+                          "sequences per step": r.config.gbs, "step (ms)": 1e3 * r.summary["step_time_s"],
+                          "MFU": r.summary["mfu"], "alone on its host": "packed" not in (r.record.get("tags") or ())}
+                         for name, runs in series.items() for r in runs])
+
+
+def parity_curves(parity) -> dict:
+    """A ParityResult's curves (charts.loss_parity) named in words: '1 GPU, 4 micro-batches of 4' and the
+    layout ('DP 4 + distributed optimizer'); a curve measured here keeps its ' (yours)'."""
+    from megalab.book.frame import describe
+    cfg = parity.layout.config
+    names = [f"1 GPU, {cfg.gbs // cfg.mbs} micro-batches of {cfg.mbs}", describe(cfg)]
+    return {name + (" (yours)" if key.endswith(" (yours)") else ""): curve
+            for name, (key, curve) in zip(names, parity.curves().items())}
