@@ -90,3 +90,12 @@ def test_evidence_tables_of_the_group_and_of_every_eager_run():
     assert runs["95% interval (±%)"].max() < 2 and runs["GPU busy"].iloc[-1] >= 0.7
     every = ch01.every_run(CH["weak"][:1])
     assert len(every) >= 2 and every["step (ms)"].max() / every["step (ms)"].min() > 1.1   # eager repeats differ
+
+
+def test_show_heads_every_table_in_words():
+    reduce = ch01.reduce_cost(CH["weak"])
+    html = ch01.show(reduce, "reduce").to_html()
+    assert "All-reduce (ms)" in html and "all-reduce (ms)" not in html
+    for kind, (columns, _) in ch01.SHOWN.items():
+        assert all(isinstance(h, str) and not h[0].islower() for h in
+                   (spec if isinstance(spec, str) else spec[0] for spec in columns.values())), kind

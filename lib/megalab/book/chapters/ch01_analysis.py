@@ -8,7 +8,7 @@ accumulation's memory, the largest micro-batch, the parity curves in words, and 
 
 from __future__ import annotations
 
-__all__ = ["reduce_cost", "weak_scaling", "memory_by_dp", "memory_bars", "accumulation_memory",
+__all__ = ["SHOWN", "show", "reduce_cost", "weak_scaling", "memory_by_dp", "memory_bars", "accumulation_memory",
            "largest_micro_batch", "measured_and_predicted", "parity_curves", "eager_timings", "group_runs_table",
            "every_run"]
 
@@ -159,3 +159,32 @@ def every_run(cfgs, gpu: str = "H200", store=None):
 def _alone(record) -> str:
     """'yes' for a run alone on its host, 'no' for one that shared it with other jobs."""
     return "no" if "packed" in (record.get("tags") or ()) else "yes"
+
+
+# -- the tables as shown: each kind's columns, in order, with their headers (frame.table) ------------------
+SHOWN = {
+    "reduce": ({"GPUs": "GPUs", "GB per GPU": "Bytes per GPU (GB)", "bus GB/s": "Bus bandwidth (GB/s)",
+                "all-reduce (ms)": "All-reduce (ms)"}, {}),
+    "weak": ({"GPUs": "GPUs", "step (ms)": "Step, median (ms)", "low (ms)": "95% interval from (ms)",
+              "high (ms)": "95% interval to (ms)", "efficiency": ("Efficiency (%)", 100),
+              "predicted efficiency": ("Predicted efficiency (%)", 100), "MFU": ("MFU (%)", 100)},
+             {"Step, median (ms)": 1, "95% interval from (ms)": 1, "95% interval to (ms)": 1}),
+    "fits": ({"GPUs": "GPUs", "optimizer": "Optimizer", "largest micro-batch": "Largest micro-batch, searched",
+              "predicted": "Predicted"}, {}),
+    "group": ({"layout": "Layout", "runs": "Runs", "each run (ms)": "Each run (ms)", "median (ms)": "Median step (ms)",
+               "95% interval (±%)": "95% interval (±%)", "GPU busy": ("GPU busy (%)", 100)},
+              {"Median step (ms)": 1, "95% interval (±%)": 2}),
+    "every_run": ({"layout": "Layout", "sequences per step": "Sequences per step", "step (ms)": "Step (ms)",
+                   "alone on its host": "Alone on its host"}, {"Step (ms)": 0}),
+    "eager": ({"series": "Series", "layout": "Layout", "micro-batch": "Micro-batch",
+               "sequences per step": "Sequences per step", "step (ms)": "Step (ms)", "MFU": ("MFU (%)", 100),
+               "alone on its host": "Alone on its host"}, {"Step (ms)": 0, "MFU (%)": 0}),
+}
+
+
+def show(df, kind: str):
+    """df as the chapter shows a table of `kind` (a key of SHOWN): worded headers with units, rounded,
+    index hidden (frame.table)."""
+    from megalab.book.frame import table
+    columns, digits = SHOWN[kind]
+    return table(df.reset_index() if df.index.name in columns else df, columns, digits)
