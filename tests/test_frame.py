@@ -85,6 +85,8 @@ def test_megatron_box_is_a_myst_admonition_with_commands_table_and_environment()
     assert "**TP 4 + SP** (TP 4 + SP + selective recomputation (MLP))" in text
     for block in text.split("```bash\n")[1:]:
         assert all(len(line) <= frame.WIDTH for line in block.split("```")[0].splitlines())
+    html = box._repr_html_()                                    # JupyterLab's view: no MyST markup
+    assert "<table>" in html and "<pre><code" in html and ":::" not in html and "{admonition}" not in html
     with pytest.raises(ValueError, match="at least one layout"):
         frame.megatron_box({})
 

@@ -209,11 +209,27 @@ def megatron_box(layouts: dict):
     """The chapter's "In Megatron-LM" box: for each named layout ({"DP 4 + distributed optimizer": cfg}) the
     `pretrain_gpt.py` command with its layout, memory and batch flags (printed by runs.peer, which runs them),
     then each flag's Megatron Core argument and what it does, and the environment variables the run needs.
-    A MyST admonition: the book renders it as a box (megalab.book.reproduce marks the cell as MyST)."""
-    from IPython.display import Markdown
+    Shown as a MyST admonition in the book (megalab.book.reproduce renders the Markdown as MyST, and
+    _config.yml ranks Markdown before HTML) and as a plain HTML box in JupyterLab."""
     if not layouts:
         raise ValueError("megatron_box needs at least one layout: {'DP 4': cfg, ...}")
-    return Markdown(box_text(layouts))
+    return _box_display()(box_text(layouts))
+
+
+def _box_display():
+    from IPython.display import Markdown
+
+    class MegatronBox(Markdown):
+        """Markdown (MyST, for the book) with an HTML twin (for JupyterLab, which prefers HTML)."""
+
+        def _repr_html_(self):
+            from markdown_it import MarkdownIt
+            body = self.data.split("\n", 2)[2].rsplit(":::", 1)[0]   # the admonition's content
+            html = MarkdownIt("commonmark").enable("table").render(body)
+            return ('<div style="border-left: 4px solid #2e933c; padding: 0.4em 1em; margin: 0.5em 0">'
+                    f"<p><strong>In Megatron-LM</strong></p>{html}</div>")
+
+    return MegatronBox
 
 
 # -- tables ---------------------------------------------------------------------------------------------
