@@ -9,6 +9,7 @@ tensor-parallel step goes, and memory per GPU against theory.
     ch02_analysis.eager_vs_graphs(g)               # the same TP run launched eagerly and from CUDA graphs
     ch02_analysis.step_parts(g, profile, busbw)    # the profiled TP step: compute, all-reduces, waiting
     ch02_analysis.memory(results, "H200")          # measured peak against theory, largest micro-batch
+    ch02_analysis.runs_table(g)                    # the evidence page: every configuration's runs
 
 The group's rows are told apart by their configuration: gpt-1.2b with CUDA graphs at every TP size (strong
 scaling), Table 1's model for each TP size with CUDA graphs (weak scaling; TP 1 is gpt-1.2b in both), and
@@ -18,7 +19,7 @@ any run without CUDA graphs (eager).
 from __future__ import annotations
 
 __all__ = ["MEASURED", "PAPER_NAME", "layout", "message_bytes", "predicted", "strong_scaling", "weak_scaling", "beside_paper",
-           "eager_vs_graphs", "step_parts", "memory"]
+           "eager_vs_graphs", "step_parts", "memory", "runs_table"]
 
 from megalab.book.chapters.ch02_tensor_parallel import (PAPER_STRONG_SPEEDUP, PAPER_WEAK_EFFICIENCY,
                                                          WEAK_TP_MODELS)
@@ -174,11 +175,26 @@ def step_parts(g, profile: dict, busbw_gbs: float):
 
 
 def memory(results, gpu: str):
-    """Peak memory per GPU of each Result against theory: layout, measured_gib (peak reserved), predicted_gib
-    (theory.memory) and largest_mbs (the largest micro-batch theory fits on `gpu` in that layout)."""
+    """Peak memory per GPU of each run against theory: layout, measured_gib (peak reserved), predicted_gib
+    (theory.memory) and largest_mbs (the largest micro-batch theory fits on `gpu` in that layout). A run is
+    a Result or a (RunConfig, record) pair (timings.group_runs gives those)."""
     import pandas as pd
     from megalab import theory
     from megalab.book.specs import predicted_largest
-    return pd.DataFrame([{"layout": layout(r.config), "measured_gib": r.summary["mem_reserved_peak_gib"],
-                          "predicted_gib": theory.memory(r.config)["total"],
-                          "largest_mbs": predicted_largest(r.config, "mbs", gpu)} for r in results])
+    pairs = [r if isinstance(r, tuple) else (r.config, {"summary": r.summary}) for r in results]
+    return pd.DataFrame([{"layout": layout(c), "measured_gib": rec["summary"]["mem_reserved_peak_gib"],
+                          "predicted_gib": theory.memory(c)["total"],
+                          "largest_mbs": predicted_largest(c, "mbs", gpu)} for c, rec in pairs])
+
+
+def runs_table(g):
+    """Group `g` run by run, for the evidence page: configuration (model and layout in words, with or without
+    CUDA graphs), runs, run_medians (each run's median step in ms, in the order they ran), median_ms, lo_ms,
+    hi_ms, half (the 95% interval's half-width over the median), wide and mfu."""
+    import pandas as pd
+    return pd.DataFrame({
+        "configuration": [f"{c.name}, {layout(c)}, " + ("CUDA graphs" if c.cuda_graphs != "none" else "eager")
+                          for c in g["cfg"]],
+        "runs": g["runs"].astype(int), "run_medians": [", ".join(f"{ms:.1f}" for ms in v) for v in g["run_ms"]],
+        "median_ms": g["median_ms"], "lo_ms": g["lo_ms"], "hi_ms": g["hi_ms"], "half": g["half"],
+        "wide": g["wide"], "mfu": g["mfu"]}).reset_index(drop=True)
