@@ -29,10 +29,10 @@ PAPER_NAME = "Shoeybi et al. 2019: V100"
 
 
 def layout(cfg) -> str:
-    """'1 GPU', 'TP 2', 'TP 2 × DP 2 + distributed optimizer': the layout in words, for rows and axes."""
-    parts = [f"{name} {size}" for name, size in (("TP", cfg.tp), ("DP", cfg.dp)) if size > 1]
-    text = " × ".join(parts) or "1 GPU"
-    return text + (" + distributed optimizer" if cfg.dist_opt else "")
+    """'1 GPU', 'TP 2', 'TP 2 × DP 2 + distributed optimizer': the layout in words (frame.describe), CUDA
+    graphs left unsaid (the chapter's step times all have them but one, which says so)."""
+    from megalab.book.frame import describe
+    return describe(cfg.replace(cuda_graphs="none"))
 
 
 def message_bytes(cfg) -> int:
