@@ -148,6 +148,13 @@ def test_memory_rows():
     assert pairs.equals(rows.iloc[:1])
 
 
+def test_parity_curves_are_named_by_layout():
+    pars = [p.run("cached", quiet=True) for p in chapters.tensor_parallel(4)["parity"]]
+    curves = ch02.parity_curves(pars)
+    assert list(curves) == ["1 GPU", "TP 2", "TP 4"]
+    assert all(set(c) >= {"step", "loss"} for c in curves.values())
+
+
 # -- the diagram ----------------------------------------------------------------------------------------
 def test_diagram_text_fits_the_picture():
     """Every line of the SVG's text fits its viewBox, at a generous 0.6 em per character (0.65 bold): the

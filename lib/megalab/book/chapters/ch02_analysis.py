@@ -9,6 +9,7 @@ tensor-parallel step goes, and memory per GPU against theory.
     ch02_analysis.eager_vs_graphs(g)               # the same TP run launched eagerly and from CUDA graphs
     ch02_analysis.step_parts(g, profile, busbw)    # the profiled TP step: compute, all-reduces, waiting
     ch02_analysis.memory(results, "H200")          # measured peak against theory, largest micro-batch
+    ch02_analysis.parity_curves(parities)          # loss curves named by layout, for charts.loss_parity
     ch02_analysis.runs_table(g)                    # the evidence page: every configuration's runs
 
 The group's rows are told apart by their configuration: gpt-1.2b with CUDA graphs at every TP size (strong
@@ -19,7 +20,8 @@ any run without CUDA graphs (eager).
 from __future__ import annotations
 
 __all__ = ["MEASURED", "PAPER_NAME", "layout", "message_bytes", "predicted", "strong_scaling", "weak_scaling", "beside_paper",
-           "eager_vs_graphs", "step_parts", "memory", "runs_table"]
+           "eager_vs_graphs", "step_parts", "memory", "parity_curves",
+           "runs_table"]
 
 from megalab.book.chapters.ch02_tensor_parallel import (PAPER_STRONG_SPEEDUP, PAPER_WEAK_EFFICIENCY,
                                                          WEAK_TP_MODELS)
@@ -198,3 +200,13 @@ def runs_table(g):
         "runs": g["runs"].astype(int), "run_medians": [", ".join(f"{ms:.1f}" for ms in v) for v in g["run_ms"]],
         "median_ms": g["median_ms"], "lo_ms": g["lo_ms"], "hi_ms": g["hi_ms"], "half": g["half"],
         "wide": g["wide"], "mfu": g["mfu"]}).reset_index(drop=True)
+
+
+def parity_curves(parities) -> dict:
+    """{name: curve} of ParityResults (megalab.runs.sweep.parity) for charts.loss_parity, named in words: the
+    one-GPU reference once ("1 GPU"), then each layout ("TP 2"); a curve measured here keeps " (yours)"."""
+    out = {}
+    for par in parities:
+        for (label, curve), name in zip(par.curves().items(), ("1 GPU", layout(par.layout.config))):
+            out.setdefault(name + (" (yours)" if label.endswith(" (yours)") else ""), curve)
+    return out
