@@ -14,6 +14,7 @@ and is rebuilt when the executed copy changes. A notebook with no executed copy 
 error under -W) telling you to run `megalab reproduce`. The same extension loads plotly.js once per
 page from the installed plotly package, and MathJax from `.mathjax/` (fetched by tools/mathjax-setup.sh;
 `mathjax_path` in _config.yml points at the copy), so the HTML works offline (see `megalab.charts`).
+It also renders the prose's `{eval}`name`` roles from what the notebook said (`megalab.book.prose`).
 
 Modes. `cached` runs the notebooks with mode="cached" (recorded results only). `live` runs them
 with mode="auto": a configuration already recorded on this GPU model is read back, anything else runs
@@ -346,6 +347,8 @@ def setup(app):
     app.connect("build-finished", _copy_plotly_js)
     app.connect("build-finished", _copy_mathjax)
     app.connect("html-page-context", _dedupe_scripts)
+    from megalab.book import prose
+    prose.setup_sphinx(app)   # {eval}`name` pastes what the notebook said (myst-nb's own needs a kernel)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
 
 
