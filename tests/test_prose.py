@@ -91,12 +91,13 @@ def test_read_before_said_lists_forward_reads():
 def test_the_html_book_pastes_the_said_text(tmp_path):
     """A real Sphinx build (myst-nb + megalab.book.reproduce), as jupyter-book renders an executed copy."""
     executed = _notebook([
-        _md("# Ch\n\nShare {eval}`share`, old {glue:text}`raw:.1%`, big {eval}`big`."),
+        _md("# Ch"),
         _code("say(...)", [_glue_output("share", Said(0.4567, ".1%")), _glue_output("big", Said(12345.6, ",.0f")),
                            {"output_type": "display_data", "data": {"application/papermill.record/text/plain":
                                                                    "0.4567"},
                             "metadata": {"scrapbook": {"name": "raw",
-                                                       "mime_prefix": "application/papermill.record/"}}}])])
+                                                       "mime_prefix": "application/papermill.record/"}}}]),
+        _md("Share {eval}`share`, old {glue:text}`raw:.1%`, big {eval}`big`.")])
     _build(tmp_path, executed)
     html = (tmp_path / "html" / "ch.html").read_text()
     assert 'Share <span class="pasted-text">45.7%</span>, old <span class="pasted-text">45.7%</span>' in html
@@ -126,3 +127,10 @@ def _build(tmp_path, executed):
     with docutils_namespace():   # roles and nodes registered by one build do not leak into the next
         Sphinx(str(src), str(src), str(tmp_path / "html"), str(tmp_path / "doctrees"), "html", status=None,
                warning=None, freshenv=True, warningiserror=True).build()
+
+
+def test_the_html_book_fails_on_a_read_before_its_cell_says_it(tmp_path):
+    from sphinx.errors import SphinxWarning
+    nb = _notebook([_md("# Ch\n\nShare {eval}`share`."), _code("say", [_glue_output("share", Said(0.5, ".0%"))])])
+    with pytest.raises(SphinxWarning, match="said in cell 1 below it"):
+        _build(tmp_path, nb)

@@ -6,8 +6,9 @@
 
 `say(name, value, fmt)` keeps `Said(value, fmt)`, whose text is `format(value, fmt)`, twice:
 - as a variable `name` of the kernel: in JupyterLab, jupyterlab-myst evaluates the inline `{eval}`name``
-  role in the kernel when its markdown cell runs and shows that text (so the prose reads names said by a
-  cell above it; a name said further down shows a NameError until its cell ran and the markdown runs again);
+  role in the kernel when its markdown cell runs and shows that text. So the prose reads names said by a
+  cell above it (a name said further down shows a NameError until its cell ran and the markdown runs
+  again): the book's build warns on such a read (`read_before_said`), an error under -W;
 - as myst-nb glue data of the executed notebook: in the HTML book, the `eval` role of this module (the
   megalab.book.reproduce Sphinx extension registers it in place of myst-nb's, which needs inline
   execution) pastes that text, exactly as `{glue:text}`name:fmt`` would.

@@ -289,7 +289,22 @@ def _source_read(app, docname: str, source: list) -> None:
             f"first", location=docname)
         return
     app.env.note_dependency(str(executed.resolve()))
-    source[0] = json.dumps(_html_only(json.loads(executed.read_text())))
+    nb = json.loads(executed.read_text())
+    _warn_read_before_said(nb, docname)
+    source[0] = json.dumps(_html_only(nb))
+
+
+def _warn_read_before_said(nb: dict, docname: str) -> None:
+    """JupyterLab evaluates a markdown cell's {eval} roles when the cell runs: a name said further down
+    shows an error there. A warning (an error under -W) per such read; the HTML alone would not show it."""
+    from sphinx.util import logging
+
+    from megalab.book import prose
+    for name, read, said in prose.read_before_said(nb):
+        if said is not None:   # never said: the eval role reports it where it is read
+            logging.getLogger(__name__).warning(
+                f"{{eval}}`{name}` in cell {read} reads a name said in cell {said} below it: JupyterLab shows "
+                f"an error there until that cell ran; say it in a cell above", location=docname)
 
 
 def _html_only(nb: dict) -> dict:
