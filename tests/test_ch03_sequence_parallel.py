@@ -26,8 +26,8 @@ def test_the_store_answers_every_run():
 
 
 def test_at_four_gpus_nothing_is_left():
-    """Four GPUs: every TP 4 run is recorded, gpt-22b's four fits included (full recompute's search ended in
-    session 19), and TP 2's two profiled recompute steps (session 23): nothing stays queued."""
+    """Four GPUs: every TP 4 run is recorded, gpt-22b's four fits included,
+    and TP 2's two profiled recompute steps: nothing stays queued."""
     assert not [k for k, v in chapters.pending("ch03", 4).items() if v]
     assert set(chapters.runs("ch03", 4)["fit_mbs"][4]) == set(ch03.RECORDED_FITS[4]) == set(ch03.LAYOUTS)
     assert set(chapters.runs("ch03", 4)["profile_recompute_tp"]) == {2, 4}
@@ -37,7 +37,7 @@ def test_at_four_gpus_nothing_is_left():
 def test_runs_do_not_change_with_the_gpu_count_and_pending_is_apart(gpus):
     """One-GPU runs and the recorded TP runs are read: 8 GPUs read the same ones as 4, 2 GPUs TP 2's, 1 GPU
     only the one-GPU ones; what 8 GPUs add beyond the records (TP 8) is queued, legal and apart; 2 and 4 GPUs
-    queue nothing (TP 2's profiled recompute steps recorded in session 23)."""
+    queue nothing."""
     found = chapters.runs("ch03", gpus)
     if gpus == 1:
         assert all(_cfg(i).gpus == 1 for i in specs.items(found))

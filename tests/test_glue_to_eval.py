@@ -84,3 +84,9 @@ def test_main_rewrites_in_the_book_s_json_style(tmp_path):
     assert glue_to_eval.main([str(path)]) == 0
     text = path.read_text()
     assert text == json.dumps(json.loads(text), indent=1, ensure_ascii=False) + "\n" and "{eval}`fit_4`" in text
+
+
+def test_a_notebook_without_glue_text_is_left_as_it_is(tmp_path, capsys):
+    path = tmp_path / "evidence.ipynb"
+    path.write_text(json.dumps({"cells": [{"cell_type": "markdown", "metadata": {}, "source": "# Evidence"}]}))
+    assert glue_to_eval.main([str(path)]) == 0 and "no {glue:text} to rewrite" in capsys.readouterr().out

@@ -204,6 +204,9 @@ def main(argv=None) -> int:
     status = 0
     for path in ns.notebooks:
         nb = json.loads(path.read_text())
+        if not any(GLUE_TEXT.search(_src(c)) for c in nb["cells"] if c["cell_type"] == "markdown"):
+            print(f"{path}: no {{glue:text}} to rewrite")
+            continue
         try:
             new = convert(nb)
         except Refused as exc:

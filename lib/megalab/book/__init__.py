@@ -6,4 +6,10 @@
     prose         the numbers the prose says ({eval}`name`), the same in JupyterLab and the HTML
     reproduce     execute the notebooks, from the records or live
     widgets       the interactive planner
+    frame         what every rewritten chapter shows alike: layouts in words, the In Megatron-LM box, tables
 """
+
+from megalab.book import frame
+from megalab.book.frame import describe, megatron_box, table
+
+__all__ = ["frame", "describe", "megatron_box", "table"]
