@@ -180,7 +180,7 @@ def test_stage_clock_times_forward_and_backward_of_each_microbatch(monkeypatch):
 
 def test_tasks_from_marks_and_schedule_in_the_record(tmp_path):
     from megalab.train import stage_clock
-    from megalab.records import _profile
+    from megalab.records.schema import _profile
     marks = [(0, 0, "F", "start", 0.0), (0, 0, "F", "end", 1.0), (0, 0, "B", "end", 3.0), (1, 0, "F", "start", 1.5),
              (1, 0, "F", "end", 2.0)]
     assert stage_clock.tasks_from_marks(marks) == [   # a backward whose start was never seen is left out
