@@ -10,7 +10,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "book").rglob("*.ipynb"))
-CHAPTERS = sorted((ROOT / "book").glob("[0-9][0-9]_*/*.ipynb"))
+CHAPTERS = sorted(p for p in (ROOT / "book").glob("[0-9][0-9]_*/*.ipynb") if p.stem != "evidence")  # not appendices
 SKELETON = ["What you will measure", "Concept", "Predict", "Run", "Measure", "Is it still correct",
             "Takeaway", "Exercises", "How to reproduce"]
 

@@ -73,7 +73,8 @@ def _keys(found) -> set:
 def _notebook_gpus(chapter: str) -> int:
     """The GPU count a chapter's notebook reads its runs at (`gpus` in its parameters cell)."""
     import re
-    (notebook,) = (Path(__file__).parents[1] / "book").glob(f"{chapter[2:]}_*/*.ipynb")
+    (folder,) = (Path(__file__).parents[1] / "book").glob(f"{chapter[2:]}_*/")
+    notebook = folder / f"{folder.name[3:]}.ipynb"      # book/NN_<topic>/<topic>.ipynb, the chapter's page
     return int(re.search(r"gpus: int = (\d+)", notebook.read_text()).group(1))
 
 

@@ -23,6 +23,8 @@ def test_bandwidth_vs_size_log_log_with_peak_and_regions():
     assert len(fig.data) == 4   # 2 ops x 2 GPU counts
     assert any("peak" in a.text for a in fig.layout.annotations)
     assert any(a.text == "latency-bound" for a in fig.layout.annotations)
+    assert {"all-reduce", "all-gather"} <= {a.text for a in fig.layout.annotations}   # words, not column names
+    assert fig.layout.yaxis.title.text == "bus bandwidth (GB/s)"
 
 
 def test_yours_get_their_own_marker():

@@ -140,3 +140,26 @@ def test_freshness_follows_the_content_of_everything_a_page_reads(tmp_path, monk
     assert reproduce.is_fresh(src, out, params, root)
     (tmp_path / "results/probes/startup.jsonl").write_text("{}\n")    # a probe the chapter reads
     assert not reproduce.is_fresh(src, out, params, root)
+
+
+def test_glue_only_cells_are_bookkeeping():
+    for code in ('glue("a", 1, display=False)', 'from myst_nb import glue\nglue("a", x)',
+                 'for d in (2, 4):\n    glue(f"ms_{d}", ms[d], display=False)'):
+        assert reproduce.glue_only(code), code
+    for code in ("", "x = 1\nglue('a', x)", "charts.memory(df)", "glue('a',", "# a comment only"):
+        assert not reproduce.glue_only(code), code
+
+
+def test_tag_cells_hides_bookkeeping_and_renders_the_box_as_myst():
+    from megalab.book import frame
+    from megalab.runs import presets
+    box = frame.megatron_box({"DP 4": presets.get("gpt2-xl").replace(gpus=4, mbs=4, gbs=16)})
+    cell = lambda src, tags=(), outputs=(): {"cell_type": "code", "source": src, "metadata": {"tags": list(tags)},  # noqa: E731
+                                             "outputs": list(outputs)}
+    nb = {"cells": [cell('mode = "cached"\n', ["injected-parameters"]), cell('glue("a", 1, display=False)'),
+                    cell("frame.megatron_box(layouts)", outputs=[{"data": {"text/markdown": box.data}}]),
+                    cell("charts.memory(df)"), {"cell_type": "markdown", "source": "# Title", "metadata": {}}]}
+    cells = reproduce.tag_cells(nb)["cells"]
+    assert [("remove-cell" in c["metadata"].get("tags", [])) for c in cells] == [True, True, False, False, False]
+    assert cells[2]["metadata"]["mystnb"] == {"markdown_format": "myst"}
+    assert "mystnb" not in cells[3]["metadata"]

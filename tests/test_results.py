@@ -60,8 +60,16 @@ def test_cached_returns_newest_of_any_status(tmp_path, capsys):
     r = results.run(CFG, mode="cached", store=store)
     assert r.source == "cached" and r.record["id"] == oom["id"] and r.status == "oom" and not r.ok
     assert r.config == CFG and r.env["gpu_name"] == "NVIDIA H200"
-    out = capsys.readouterr().out.strip().splitlines()
-    assert len(out) == 1 and CFG.label in out[0] and "oom" in out[0]
+    assert capsys.readouterr().out == ""            # a record read back prints no per-run line
+    assert CFG.label in r.describe() and "oom" in r.describe()
+
+
+def test_a_reference_answer_says_so(tmp_path, capsys, monkeypatch):
+    store = Store(tmp_path)
+    store.append(_record(at="2025-01-01T00:00:00Z"))
+    monkeypatch.setattr(results, "_local_hardware", lambda: (None, 0, False))
+    r = results.run(CFG, mode="auto", store=store)
+    assert r.source == "reference" and "not measured here" in capsys.readouterr().out
 
 
 def test_live_records_failures_too(tmp_path, monkeypatch):

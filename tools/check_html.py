@@ -6,7 +6,11 @@
 For each page: every plotly figure div is drawn (`.js-plotly-plot .main-svg`), every formula is
 typeset by MathJax (each Sphinx `.math` element holds an `mjx-container`, no TeX such as `\(` or `$$`
 is left in the visible text, no MathJax error), no cell output shows an error (stderr, a traceback,
-an `...Error:` line), and no script throws. Pages are served from a
+an `...Error:` line), and no script throws. The pages of the rewritten chapters (megalab.book.frame.REWRITTEN)
+are also read as a reader reads them (`reader_problems`): no diary words (session, lease, queued, ...), no
+commit-hash-like token, run key, raw column name (`step_time_s`) or NaN in the text or the figures, and no
+figure title wider than its figure at 1000 and 1400 pixels; their Evidence pages (`evidence.html`) only keep
+run keys out of figure titles and legends. Pages are served from a
 local http.server; every request to another host is aborted, as in CI, so a figure that needs the
 network fails here. Chromium is Debian's (`tools/browser-setup.sh`), driven by Playwright (the pip
 package; no `playwright install`). Exits 1 with one line per problem, 0 when every page passes.
@@ -33,6 +37,113 @@ VISIBLE_TEXT_JS = """() => { const body = document.body.cloneNode(true);
   body.querySelectorAll('pre, code, script, style, mjx-container, .highlight').forEach(e => e.remove());
   return body.textContent; }"""
 ERROR_TEXT = re.compile(r"Traceback \(most recent call last\)|^\w*(Error|Exception): ", re.M)
+
+# -- the rewritten chapters, read as a reader reads them --------------------------------------------
+DIARY = re.compile(r"\b(sessions?|leases?|leased|queued|pending|packed|errata|retracted)\b", re.I)
+HASH = re.compile(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b")
+URL = re.compile(r"\b(?:https?://|www\.)\S+")
+RUN_KEY = re.compile(r"\S*_tp\d+_pp\d+_cp\d+\S*")
+NAN = re.compile(r"\b(NaN|nan)\b")
+WIDTHS = (1000, 1400)   # viewport widths at which no figure title may be clipped
+# the main text of a page (code inputs, the In Megatron-LM box's commands, scripts and MathJax left out), its
+# text nodes joined by spaces so that neighbouring tick labels never run together; and each plotly figure's labels, title and whether it is clipped
+READER_JS = """() => {
+  const root = (document.querySelector('article.bd-article') || document.querySelector('main') || document.body)
+    .cloneNode(true);
+  root.querySelectorAll('.cell_input, script, style, mjx-container, .headerlink, .admonition pre')
+    .forEach(e => e.remove());
+  const parts = [], walk = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+  while (walk.nextNode()) parts.push(walk.currentNode.nodeValue);
+  const figures = [...document.querySelectorAll('.js-plotly-plot')].map(gd => {
+    const lay = gd.layout || {}, text = t => (t && typeof t === 'object') ? t.text : t;
+    const axes = Object.keys(lay).filter(k => /^[xy]axis\\d*$/.test(k)).map(k => text((lay[k] || {}).title));
+    const svg = gd.querySelector('.main-svg'), title = gd.querySelector('.gtitle');
+    let clipped = false;
+    if (svg && title) {
+      const s = svg.getBoundingClientRect(), t = title.getBoundingClientRect();
+      clipped = t.width > 0 && (t.left < s.left - 1 || t.right > s.right + 1);
+    }
+    return {title: text(lay.title) || '', legend: (gd.data || []).map(t => t.name || '')
+              .concat([text((lay.legend || {}).title) || '']), axes: axes.map(a => a || ''), clipped: clipped};
+  });
+  return {text: parts.join(' '), figures: figures};
+}"""
+
+
+def column_names() -> tuple[str, ...]:
+    """The records' raw column names a reader should never see (megalab.records.schema), those with an underscore."""
+    from megalab.records import schema
+    return tuple(sorted({c for c in (*schema.SUMMARY_FIELDS, *schema.SERIES_FIELDS, *schema.ENV_FIELDS) if "_" in c}))
+
+
+def rewritten(rel: str, chapters: tuple[str, ...] | None = None) -> str | None:
+    """"reader" for a page of a rewritten chapter (`book/01_data_parallel/data_parallel.html`), "evidence" for its
+    Evidence page (`book/01_.../evidence.html`), None for any other page."""
+    if chapters is None:
+        from megalab.book.frame import REWRITTEN as chapters
+    parts = rel.split("/")
+    folder = parts[-2] if len(parts) >= 2 else ""
+    if not any(folder.startswith(f"{n}_") for n in chapters):
+        return None
+    return "evidence" if parts[-1] == "evidence.html" else "reader"
+
+
+def _show(m: re.Match, text: str) -> str:
+    return " ".join(text[max(0, m.start() - 30):m.end() + 30].split())
+
+
+def text_problems(text: str) -> list[str]:
+    """What a reader should not meet in a page's text: diary words, commit-hash-like tokens (outside URLs),
+    run keys, raw column names, NaN; the first of each kind, with its context."""
+    out = []
+    plain = URL.sub(" ", text)
+    for what, pattern in (("a diary word", DIARY), ("a commit-hash-like token", HASH), ("a run key", RUN_KEY),
+                          ("NaN", NAN)):
+        m = pattern.search(plain)
+        if m:
+            out.append(f"{what} in the text: {m.group(0)!r} in {_show(m, plain)!r}")
+    columns = re.compile(r"\b(" + "|".join(map(re.escape, column_names())) + r")\b")
+    m = columns.search(plain)
+    if m:
+        out.append(f"a raw column name in the text: {m.group(0)!r} in {_show(m, plain)!r} (head tables with words)")
+    return out
+
+
+def figure_problems(figures: list[dict], evidence: bool = False, width: int | None = None) -> list[str]:
+    """Run keys in figure titles and legends (every page of a rewritten chapter); on its reader pages also the
+    text problems of every label and clipped titles."""
+    out = []
+    for n, fig in enumerate(figures, 1):
+        labels = [fig.get("title", ""), *fig.get("legend", []), *fig.get("axes", [])]
+        for label in filter(None, labels):
+            if RUN_KEY.search(label):
+                out.append(f"figure {n}: a run key as a title or legend: {label!r} (say the layout in words: "
+                           f"megalab.book.frame.describe)")
+            elif not evidence:
+                out += [f"figure {n}: {p}" for p in text_problems(label)]
+        if fig.get("clipped") and not evidence:
+            out.append(f"figure {n}: its title {fig.get('title', '')!r} is wider than the figure"
+                       + (f" at {width} px" if width else ""))
+    return out
+
+
+def reader_problems(kind: str, text: str, figures: list[dict], width: int | None = None) -> list[str]:
+    """A rewritten chapter's page: `kind` "reader" (every check) or "evidence" (run keys in figure labels only)."""
+    if kind == "evidence":
+        return figure_problems(figures, evidence=True)
+    return text_problems(text) + figure_problems(figures, width=width)
+
+
+def _check_reader(page, kind: str) -> list[str]:
+    """reader_problems at each width of WIDTHS (the text once, the titles' clipping at every width)."""
+    out: list[str] = []
+    for i, width in enumerate(WIDTHS if kind == "reader" else WIDTHS[:1]):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.wait_for_timeout(500)   # plotly's responsive figures resize on the window's resize event
+        facts = page.evaluate(READER_JS)
+        found = reader_problems(kind, facts["text"], facts["figures"], width)
+        out += found if i == 0 else [p for p in found if "wider than the figure" in p]
+    return out
 
 
 def pages(html_dir: Path) -> list[Path]:
@@ -86,8 +197,8 @@ def _check_math(page, timeout_ms: int) -> list[str]:
     return math_problems(formulas, typeset, page.locator("mjx-merror").count(), page.evaluate(VISIBLE_TEXT_JS))
 
 
-def check_page(page, url: str, timeout_ms: int) -> tuple[int, int, list[str]]:
-    """(figures drawn, figure divs, problems) for one page."""
+def check_page(page, url: str, timeout_ms: int, kind: str | None = None) -> tuple[int, int, list[str]]:
+    """(figures drawn, figure divs, problems) for one page; `kind` (see rewritten) adds the reader's checks."""
     problems: list[str] = []
     page.on("pageerror", lambda exc: problems.append(f"script error: {exc}"))
     page.goto(url, wait_until="load")
@@ -112,6 +223,8 @@ def check_page(page, url: str, timeout_ms: int) -> tuple[int, int, list[str]]:
         if m:
             problems.append(f"a cell output shows an error: {text[m.start():m.start() + 120]!r}")
             break
+    if kind:
+        problems += _check_reader(page, kind)
     return drawn, total, problems
 
 
@@ -137,7 +250,7 @@ def main(argv=None) -> int:
             for path in found:
                 rel = path.relative_to(root).as_posix()
                 page = context.new_page()
-                drawn, total, problems = check_page(page, f"{base}/{rel}", int(ns.timeout * 1000))
+                drawn, total, problems = check_page(page, f"{base}/{rel}", int(ns.timeout * 1000), rewritten(rel))
                 page.close()
                 failures += bool(problems)
                 print(f"{'FAIL' if problems else 'ok  '}  {rel}  figures {drawn}/{total}")

@@ -13,7 +13,8 @@ from importlib import import_module
 __version__ = "0.1.0"
 __all__ = ["RunConfig", "InvalidLayout", "NotRecorded", "NotEnoughGPUs", "run",
            "axes", "bench", "calibration", "chapters", "charts", "config", "data", "env", "flags", "hardware",
-           "launch", "metrics", "peer", "presets", "profiles", "records", "recording", "reproduce", "results",
+           "frame", "launch", "metrics", "peer", "presets", "profiles", "records", "recording", "references", "reproduce",
+           "results",
            "routing", "search", "shapes", "specs", "step_model", "store", "sweep", "theory", "timings",
            "widgets", "wiring"]
 
@@ -27,6 +28,7 @@ _MODULES = {"presets": "runs.presets", "config": "runs.config", "flags": "runs.f
             "profiles": "records.profiles", "routing": "records.routing", "step_model": "predict.step_model",
             "calibration": "predict.calibration", "search": "predict.search", "specs": "book.specs",
             "recording": "book.recording", "reproduce": "book.reproduce", "widgets": "book.widgets",
+            "frame": "book.frame", "references": "book.references",
             "chapters": "book.chapters", "bench": "machine.bench", "env": "machine.env",
             "hardware": "machine.hardware", "theory": "theory", "charts": "charts", "metrics": "metrics",
             "data": "data", "wiring": "train.wiring"}

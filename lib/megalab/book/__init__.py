@@ -5,4 +5,10 @@
     recording     the GPU host's recording plan, printed from the chapters (what results/ still lacks)
     reproduce     execute the notebooks, from the records or live
     widgets       the interactive planner
+    frame         what every rewritten chapter shows alike: layouts in words, the In Megatron-LM box, tables
 """
+
+from megalab.book import frame
+from megalab.book.frame import describe, megatron_box, table
+
+__all__ = ["frame", "describe", "megatron_box", "table"]

@@ -288,7 +288,7 @@ def _source_read(app, docname: str, source: list) -> None:
             f"first", location=docname)
         return
     app.env.note_dependency(str(executed.resolve()))
-    source[0] = json.dumps(_html_only(json.loads(executed.read_text())))
+    source[0] = json.dumps(tag_cells(_html_only(json.loads(executed.read_text()))))
 
 
 def _html_only(nb: dict) -> dict:
@@ -299,6 +299,49 @@ def _html_only(nb: dict) -> dict:
             data = out.get("data", {})
             if "text/html" in data:
                 data.pop(PLOTLY_MIME, None)
+    return nb
+
+
+MYST_OUTPUT = (":::{admonition}", "```{admonition}")   # a Markdown output written in MyST (frame.megatron_box)
+
+
+def glue_only(code: str) -> bool:
+    """A cell that only glues values (`glue(...)` calls, loops over them, imports): bookkeeping, not for the page."""
+    import ast
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return False
+
+    def only(stmts) -> bool:
+        for st in stmts:
+            if isinstance(st, (ast.Import, ast.ImportFrom)):
+                continue
+            if isinstance(st, (ast.For, ast.If)) and only(st.body) and only(st.orelse):
+                continue
+            call = st.value if isinstance(st, ast.Expr) else None
+            fn = getattr(call, "func", None)
+            if not (isinstance(call, ast.Call) and (getattr(fn, "id", None) or getattr(fn, "attr", None)) == "glue"):
+                return False
+        return True
+    return bool(tree.body) and only(tree.body) and "glue" in code
+
+
+def tag_cells(nb: dict) -> dict:
+    """What the HTML page shows of the executed copy: papermill's injected-parameters cell and glue-only cells
+    removed (tag remove-cell), and a Markdown output written in MyST (the In Megatron-LM box) rendered as MyST."""
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") != "code":
+            continue
+        meta = cell.setdefault("metadata", {})
+        tags = meta.setdefault("tags", [])
+        code = "".join(cell.get("source", ""))
+        if ("injected-parameters" in tags or glue_only(code)) and "remove-cell" not in tags:
+            tags.append("remove-cell")
+        for out in cell.get("outputs", []):
+            md = "".join(out.get("data", {}).get("text/markdown", ""))
+            if md.lstrip().startswith(MYST_OUTPUT):
+                meta.setdefault("mystnb", {})["markdown_format"] = "myst"
     return nb
 
 

@@ -204,3 +204,20 @@ def _gpu_count() -> int:
 def planner(preset: str = "gpt-1.2b", gpu: str = "H200", **layout) -> Planner:
     """The interactive planner, starting from `preset` with the RunConfig fields in `layout`."""
     return Planner(preset, gpu, **layout)
+
+
+TERMS = {"compute_s": "compute", "host_s": "GPU waiting on the host", "comm_s": "communication",
+         "bubble_s": "pipeline bubble", "optimizer_s": "optimizer", "total_s": "step"}
+
+
+def estimate(cfg, gpu: str = "H200", store=None):
+    """(table, line): the step of cfg on GPU model `gpu` predicted by the step-time model calibrated on the
+    records (calibration.calibrate), one row per term ("term", "ms", "share of the step"), and one line saying
+    what it was fitted on and its held-out error. NotRecorded when the store holds too few records to fit."""
+    import pandas as pd
+    from megalab.predict import calibration
+    model = calibration.calibrate(store, gpu)
+    est = model.predict(cfg)
+    rows = [{"term": words, "ms": 1e3 * est[k], "share of the step": est[k] / est["total_s"]}
+            for k, words in TERMS.items()]
+    return pd.DataFrame(rows), f"{model.summary()}; MFU ≈ {est['mfu']:.0%}"

@@ -51,16 +51,19 @@ def half_bandwidth_size(sizes, bws) -> float | None:
     return next((float(s) for s, b in pairs if b >= half), None)
 
 
+BANDWIDTHS = {"busbw_gbs": "bus bandwidth (GB/s)", "algbw_gbs": "algorithm bandwidth (GB/s)"}
+
+
 def bandwidth_vs_size(df, y: str = "busbw_gbs", title: str = "NCCL bus bandwidth") -> go.Figure:
     """Log-log bus bandwidth against message size (columns op, gpus, size_bytes, `y`[, source]),
-    one panel per op, one line per GPU count, the measured peak annotated and the latency-bound
+    one panel per op (titled in words: "all-reduce"), one line per GPU count, the measured peak annotated and the latency-bound
     region (sizes below n½, see `half_bandwidth_size`) shaded."""
     ops = [op for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all") if op in set(df["op"])]
     ops += sorted(set(df["op"]) - set(ops))
     cols = 2 if len(ops) > 1 else 1
     rows = math.ceil(len(ops) / cols)
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=ops, shared_yaxes=True,
-                        horizontal_spacing=0.06, vertical_spacing=0.14)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[op.replace("_", "-") for op in ops],
+                        shared_yaxes=True, horizontal_spacing=0.06, vertical_spacing=0.14)
     fig.update_layout(template=TEMPLATE, title=title, height=320 * rows + 120)
     gpus = sorted(df["gpus"].unique())
     for k, op in enumerate(ops):
@@ -87,7 +90,7 @@ def bandwidth_vs_size(df, y: str = "busbw_gbs", title: str = "NCCL bus bandwidth
     fig.update_xaxes(type="log", title_text="message size (bytes)", row=rows)
     fig.update_xaxes(type="log")
     fig.update_yaxes(type="log")
-    fig.update_yaxes(title_text=f"{y} (GB/s)" if y.endswith("_gbs") else y, col=1)
+    fig.update_yaxes(title_text=BANDWIDTHS.get(y, y), col=1)
     return fig
 
 

@@ -204,7 +204,9 @@ def run(cfg, mode: str = "auto", tags: Iterable[str] = (), store: Store | str | 
     launch.launch (nnodes, node_rank, rdzv_endpoint, extra trainer flags such as --profile).
     `gpu` (e.g. "H100") reads only records made on that GPU model as the reference. `profile` runs
     with torch.profiler over a few steps (the record keeps the kernel timeline), or reads such a run.
-    Prints one line saying which source answered.
+    Prints one line saying which source answered when it is not a record read back (a run measured now, or the
+    reference answering for a run this machine cannot make); a record read back prints nothing, so an executed
+    chapter shows no per-run lines (a live run shows its progress bar).
     """
     cfg.validate()  # an impossible layout is answered as such, whatever the mode
     store = as_store(store)
@@ -215,7 +217,7 @@ def run(cfg, mode: str = "auto", tags: Iterable[str] = (), store: Store | str | 
         launch_kw = {**(launch_kw or {}), "extra": [*(launch_kw or {}).get("extra", []), "--profile"]}
     result = (_live(cfg, store, list(tags), timeout_s, progress, launch_kw) if source == "live"
               else Result(record, source))
-    if not quiet:
+    if not quiet and result.source != "cached":
         print(result.describe())
     return result
 

@@ -1,4 +1,9 @@
-"""Chapter 02, tensor parallelism: its runs, by name."""
+"""Chapter 02, tensor parallelism: its runs, by name, and the paper's numbers it sets them beside.
+
+The PAPER_* constants are Shoeybi et al. 2019's published results (arXiv 1909.08053, on V100s in DGX-2H
+servers), not measurements of this book; megalab.book.chapters.ch02_analysis sets the comparison group
+`ch02.tp` beside them.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,15 @@ from megalab.book.specs import GROUP_ITERS, ITERS, PARITY_ITERS, Group, Parity, 
 
 
 WEAK_TP_MODELS = {1: "gpt-1.2b", 2: "gpt-2.5b", 4: "gpt-4.2b", 8: "gpt-8.3b"}  # Shoeybi et al. 2019, Table 1
+
+PAPER = "https://arxiv.org/abs/1909.08053"   # Shoeybi et al. 2019, Megatron-LM
+# Table 8: speed-up of the 1.2B model at a fixed batch of 8 against one GPU, by model-parallel GPUs
+PAPER_STRONG_SPEEDUP = {1: 1.0, 2: 1.64, 4: 2.34, 8: 2.98}
+# Fig. 5, model-parallel bars: weak-scaling efficiency of Table 1's models (1.2B on 1 GPU ... 8.3B on 8), batch 8;
+# the text (§5.1) quotes the 8-way bar: "77% of linear scaling"
+PAPER_WEAK_EFFICIENCY = {1: 1.0, 2: 0.95, 4: 0.82, 8: 0.77}
+PAPER_TFLOPS_PER_GPU = 39.0   # §5.1: the one-GPU baseline, 30% of the V100's peak
+V100_NVLINK_GBS = 150.0       # NVIDIA V100 SXM datasheet: 300 GB/s NVLink per GPU, both directions added
 
 
 def runs(gpus: int = 4, iters: int = ITERS) -> dict:

@@ -22,14 +22,13 @@ FIT_ITERS = 5     # a fit probe needs the peak of a step, not a timing
 RECORDED_TP = (2, 4)       # TP degrees whose per-layer pairs, profiled steps and recompute runs are recorded
 LAYOUTS = ("tp", "tp_sp", "tp_sp_selective", "tp_full")   # the chapter's four layouts at each TP degree (_variants)
 RECORDED_FITS = {2: LAYOUTS,  # TP degree -> layouts whose fits (BIG's largest micro-batch) are recorded: all four,
-                 4: LAYOUTS}  # gpt-22b's at TP 4 too (full recompute's search: 30 layers ran, 31 did not)
+                 4: LAYOUTS}  # gpt-22b's at TP 4 too (full recompute's search: 30 ran, 31 did not)
 RECORDED_SP_PARITY = (2, 4)  # TP degrees whose TP + SP parity is recorded
 RECORDED_SP_SELECTIVE_PARITY = (2, 4)  # ... and TP + SP + selective recomputation parity
 RECORDED_PROFILE_RECOMPUTE_TP = (2, 4)  # TP degrees whose profiled recompute steps (none, selective) are recorded
                                         # (TP 2: the pair side by side on two GPUs each of a 4xH200 host)
-RECORDED_MODULES_TP = (2, 4)  # TP degrees whose recompute of chosen modules (MODULES) is recorded (TP 2 on a
-                              # second 2xH200 host: runs that met a megatron-core bug are retracted in the errata;
-                              # TP 4: on the 4xH200 host of the other TP 4 timings)
+RECORDED_MODULES_TP = (2, 4)  # TP degrees whose recompute of chosen modules (MODULES) is recorded (the runs before
+                              # the trainer's workaround of a megatron-core bug are set aside in results/errata.jsonl)
 MODULES = "mlp"            # Megatron's recompute_modules beyond the default core_attn: the MLP, re-run from its input
 BIG = {2: "gpt-8.3b"}      # the model whose largest micro-batch each layout fits, by TP degree (TP 2) ...
 BIG_WIDE = "gpt-22b"       # ... and at TP >= 4: the seed's GPT-22B experiment at half its TP (theory on an H200 at

@@ -1,0 +1,266 @@
+"""What every rewritten chapter shows the same way: layouts in words, the "In Megatron-LM" box, tables.
+
+    >>> frame.describe(cfg)                          # 'DP 4 + distributed optimizer'
+    >>> frame.megatron_box({"DP 4 + distributed optimizer": cfg})   # the chapter's In Megatron-LM box
+    >>> frame.table(df, {"label": "Layout", "step_time_s": ("Step (ms)", 1e3)})
+
+`describe` reads the parallel axes from `runs.axes.AXES`; `megatron_box` prints the flags `runs.peer.args`
+gives Megatron-LM's `pretrain_gpt.py` for the same RunConfig (the peer runs exactly these), with the
+environment `runs.peer.environment` sets. Nothing here types a flag a chapter could get wrong.
+
+`REWRITTEN` lists the chapters written to the book's reader-path rules (tests/test_book_text.py and
+tools/check_html.py hold them to those rules; the other chapters keep the older ones).
+"""
+
+from __future__ import annotations
+
+import math
+
+from megalab.runs.axes import AXES
+
+__all__ = ["REWRITTEN", "describe", "megatron_box", "box_flags", "table"]
+
+REWRITTEN = ("00", "01", "02", "03")   # chapters held to the reader-path budgets (tests/test_book_text.py)
+
+# -- a layout in words --------------------------------------------------------------------------------
+CP_COMM = {"p2p": "", "all_gather": "all-gather", "a2a": "all-to-all", "a2a+p2p": "all-to-all + P2P"}
+MODULES = {"core_attn": "attention", "mlp": "MLP", "layernorm": "norms", "moe_act": "expert activation",
+           "moe": "experts"}
+DEFAULT_MODULES = "core_attn"   # Korthikanti et al. 2022's selective recomputation: said without a list
+
+
+def _axis_words(cfg, short: str, size: int) -> str:
+    words = f"{short.upper()} {size}"
+    if short == "tp" and cfg.sp:
+        words += " + SP"
+    if short == "cp" and CP_COMM.get(cfg.cp_comm, cfg.cp_comm):
+        words += f" ({CP_COMM.get(cfg.cp_comm, cfg.cp_comm)})"
+    return words
+
+
+def _sizes(cfg) -> list[tuple[str, int]]:
+    """The axes above 1, in the AXES order; with EP, DP counts the experts' data-parallel copies
+    (gpus / (pp*ep*etp)): EP is carved out of the data-parallel ranks."""
+    out = []
+    for a in AXES:
+        size = getattr(cfg, a.short)
+        if a.short == "dp" and cfg.ep > 1:
+            size = cfg.gpus // max(1, cfg.pp * cfg.ep * cfg.etp)
+        if size > 1:
+            out.append((a.short, size))
+    return out
+
+
+def describe(cfg, model: bool = False, batch: bool = False) -> str:
+    """The layout in words, for titles, legends and tables: the parallel axes above 1 ('TP 2 + SP × PP 2 ×
+    VPP 4', '1 GPU' when there is none), then the memory settings ('+ distributed optimizer', '+ full
+    recomputation', '+ selective recomputation (MLP)', '+ overlap'), then the implementation (', CUDA
+    graphs', ', FP8', ', local layers', ', no compile'). `model` puts the model's name first ('gpt-1.2b, TP
+    2'), `batch` the batch last (', micro-batch 4, global batch 64')."""
+    text = " × ".join(_axis_words(cfg, s, n) for s, n in _sizes(cfg)) or "1 GPU"
+    memory = [(cfg.dist_opt, "distributed optimizer"), (cfg.recompute == "full", "full recomputation"),
+              (cfg.recompute == "selective", "selective recomputation" + _modules(cfg)),
+              (cfg.overlap, "overlap")]
+    text += "".join(f" + {w}" for on, w in memory if on)
+    extras = [(cfg.cuda_graphs != "none", "CUDA graphs"), (cfg.fp8, "FP8"), (cfg.impl == "local", "local layers"),
+              (not cfg.compile, "no compile"),
+              (cfg.experts > 0 and cfg.moe_dispatcher != "alltoall", f"{cfg.moe_dispatcher} dispatcher")]
+    text += "".join(f", {w}" for on, w in extras if on)
+    if batch:
+        text += f", micro-batch {cfg.mbs}, global batch {cfg.gbs}"
+    return f"{cfg.name}, {text}" if model else text
+
+
+def _modules(cfg) -> str:
+    if cfg.recompute_modules == DEFAULT_MODULES:
+        return ""
+    return " (" + ", ".join(MODULES.get(m, m) for m in cfg.recompute_module_names) + ")"
+
+
+# -- the In Megatron-LM box ---------------------------------------------------------------------------
+# flag -> (Megatron Core argument, what it does); the parallel sizes come from AXES (AXIS_DOES)
+FLAGS = {
+    "--sequence-parallel": ("TransformerConfig.sequence_parallel",
+                            "splits norms and dropout over the TP ranks along the sequence"),
+    "--cp-comm-type": ("TransformerConfig.cp_comm_type", "how CP ranks exchange keys and values"),
+    "--hierarchical-context-parallel-sizes": ("TransformerConfig.hierarchical_context_parallel_sizes",
+                                              "the CP groups of a2a+p2p, inner first"),
+    "--use-distributed-optimizer": ("DistributedDataParallelConfig.use_distributed_optimizer",
+                                    "shards the optimizer state over the DP ranks (ZeRO-1)"),
+    "--overlap-grad-reduce": ("DistributedDataParallelConfig.overlap_grad_reduce",
+                              "reduces gradients bucket by bucket during the backward pass"),
+    "--overlap-param-gather": ("DistributedDataParallelConfig.overlap_param_gather",
+                               "gathers the updated parameters during the next forward pass"),
+    "--recompute-granularity": ("TransformerConfig.recompute_granularity",
+                                "recomputes activations in the backward pass: whole layers or some modules"),
+    "--recompute-method": ("TransformerConfig.recompute_method",
+                           "uniform: checkpoint every group of layers; block: the first layers only"),
+    "--recompute-num-layers": ("TransformerConfig.recompute_num_layers",
+                               "layers per checkpoint (uniform), or layers recomputed per stage (block)"),
+    "--recompute-modules": ("TransformerConfig.recompute_modules", "the modules selective recomputation re-runs"),
+    "--micro-batch-size": ("get_forward_backward_func()(micro_batch_size=...)",
+                           "sequences per forward pass on each DP rank"),
+    "--global-batch-size": ("get_forward_backward_func()(num_microbatches=gbs / (mbs*dp))",
+                            "sequences per optimizer step, over all DP ranks"),
+    "--cuda-graph-impl": ("TransformerConfig.cuda_graph_impl",
+                          "captures each layer's kernels once and replays them: fewer launches from Python"),
+    "--cuda-graph-warmup-steps": ("TransformerConfig.cuda_graph_warmup_steps", "eager steps before the capture"),
+    "--cuda-graph-scope": ("TransformerConfig.cuda_graph_scope", "the parts of a layer that are captured"),
+    "--moe-token-dispatcher-type": ("TransformerConfig.moe_token_dispatcher_type",
+                                    "how tokens reach their experts' EP ranks"),
+}
+AXIS_DOES = {
+    "tp": "splits each layer's weight matrices over this many GPUs",
+    "pp": "splits the layers into this many consecutive stages",
+    "vpp": "layer chunks per pipeline stage (interleaved schedule): a smaller bubble",
+    "cp": "splits each sequence over this many GPUs",
+    "ep": "spreads the experts over this many GPUs",
+    "etp": "splits each expert's matrices over this many GPUs",
+}
+ENV_DOES = {
+    "CUDA_DEVICE_MAX_CONNECTIONS": "one hardware queue, so communication issued before a GEMM overlaps it "
+                                   "(Megatron-LM asserts it with TP or CP)",
+    "NVTE_USE_CUTLASS_GROUPED_GEMM": "one CUTLASS grouped GEMM for all local experts instead of one cuBLAS call each",
+}
+SIZE_FLAGS = {a.flag: a for a in AXES if a.flag}
+SHOWN = set(FLAGS) | set(SIZE_FLAGS)   # the layout, memory and batch flags; not the model's shape
+WIDTH = 92
+
+
+def _pairs(argv: list[str]) -> list[tuple[str, list[str]]]:
+    """pretrain_gpt.py's argv as (flag, its values)."""
+    out: list[tuple[str, list[str]]] = []
+    for a in argv:
+        if a.startswith("--"):
+            out.append((a, []))
+        elif out:
+            out[-1][1].append(a)
+    return out
+
+
+def box_flags(cfg) -> list[tuple[str, list[str]]]:
+    """The layout, memory and batch flags of cfg, as the peer passes them (runs.peer.args), in its order:
+    parallel sizes of 1 (Megatron-LM's default) and the CP settings without CP left out."""
+    from megalab.runs import peer
+    out = []
+    for flag, values in _pairs(peer.args(peer.peer_config(cfg))):
+        if flag not in SHOWN or (flag in SIZE_FLAGS and values == ["1"]):
+            continue
+        if flag == "--cp-comm-type" and cfg.cp == 1:
+            continue
+        out.append((flag, values))
+    return out
+
+
+def _command(cfg) -> str:
+    from megalab.runs import peer
+    env = " ".join(f"{k}={v}" for k, v in peer.environment(cfg).items())
+    head = f"{env + ' ' if env else ''}torchrun --nproc-per-node {cfg.gpus} pretrain_gpt.py"
+    parts = [" ".join([flag, *values]) for flag, values in box_flags(cfg)]
+    lines, line = [head], ""
+    for p in parts:
+        if line and len(line) + 1 + len(p) > WIDTH - 6:
+            lines.append(line)
+            line = p
+        else:
+            line = f"{line} {p}".strip()
+    lines.append(line)
+    return " \\\n    ".join(l for l in lines if l)
+
+
+def _rows(layouts) -> tuple[list[tuple[str, str, str]], dict[str, str]]:
+    from megalab.runs import peer
+    seen: dict[str, tuple[str, str, str]] = {}
+    env: dict[str, str] = {}
+    for cfg in layouts.values():
+        for flag, _ in box_flags(cfg):
+            if flag in SIZE_FLAGS:
+                a = SIZE_FLAGS[flag]
+                seen.setdefault(flag, (flag, f"ModelParallelConfig.{a.mcore}", AXIS_DOES[a.short]))
+            else:
+                seen.setdefault(flag, (flag, *FLAGS[flag]))
+        for k, v in peer.environment(cfg).items():
+            env.setdefault(f"{k}={v}", ENV_DOES.get(k, ""))
+    order = [a.flag for a in AXES if a.flag] + list(FLAGS)
+    return sorted(seen.values(), key=lambda r: order.index(r[0])), env
+
+
+def box_text(layouts: dict) -> str:
+    """The box's MyST source (megatron_box shows it)."""
+    from megalab.runs import peer
+    blocks = []
+    for name, cfg in layouts.items():
+        words = describe(cfg)
+        title = f"**{name}**" + (f" ({words})" if words != name else "")
+        blocks.append(f"{title}\n\n```bash\n{_command(cfg)}\n```")
+    rows, env = _rows(layouts)
+    table = ["| Megatron-LM flag | Megatron Core argument | What it does |", "|---|---|---|"]
+    table += [f"| `{f}` | `{m}` | {d} |" for f, m, d in rows]
+    table += [f"| `{k}` (environment) | | {d} |" for k, d in env.items()]
+    some = next(iter(layouts.values()))
+    n = len(_pairs(peer.args(peer.peer_config(some))))
+    model = (f"Add the model's flags (`--num-layers`, `--hidden-size`, ...): `megalab.runs.peer.args(cfg)` "
+             f"gives all {n} flags of a run, and `megalab peer` runs them.")
+    body = "\n\n".join([*blocks, "\n".join(table), model])
+    return f":::{{admonition}} In Megatron-LM\n:class: tip\n\n{body}\n:::\n"
+
+
+def megatron_box(layouts: dict):
+    """The chapter's "In Megatron-LM" box: for each named layout ({"DP 4 + distributed optimizer": cfg}) the
+    `pretrain_gpt.py` command with its layout, memory and batch flags (printed by runs.peer, which runs them),
+    then each flag's Megatron Core argument and what it does, and the environment variables the run needs.
+    Shown as a MyST admonition in the book (megalab.book.reproduce renders the Markdown as MyST, and
+    _config.yml ranks Markdown before HTML) and as a plain HTML box in JupyterLab."""
+    if not layouts:
+        raise ValueError("megatron_box needs at least one layout: {'DP 4': cfg, ...}")
+    return _box_display()(box_text(layouts))
+
+
+def _box_display():
+    from IPython.display import Markdown
+
+    class MegatronBox(Markdown):
+        """Markdown (MyST, for the book) with an HTML twin (for JupyterLab, which prefers HTML)."""
+
+        def _repr_html_(self):
+            from markdown_it import MarkdownIt
+            body = self.data.split("\n", 2)[2].rsplit(":::", 1)[0]   # the admonition's content
+            html = MarkdownIt("commonmark").enable("table").render(body)
+            return ('<div style="border-left: 4px solid #2e933c; padding: 0.4em 1em; margin: 0.5em 0">'
+                    f"<p><strong>In Megatron-LM</strong></p>{html}</div>")
+
+    return MegatronBox
+
+
+# -- tables ---------------------------------------------------------------------------------------------
+def _digits(values) -> int:
+    """Decimals for about three significant figures of a column's typical (median absolute) value."""
+    finite = sorted(abs(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v))
+    if not finite:
+        return 0
+    typical = finite[len(finite) // 2]
+    if typical == 0:
+        return 0
+    return max(0, min(4, 2 - math.floor(math.log10(typical))))
+
+
+def table(df, columns: dict, digits: dict | None = None):
+    """df for display: only `columns`, in their order, headed by their words ({"step_time_s": "Step (s)"}, or
+    with a scale: {"step_time_s": ("Step (ms)", 1e3), "mfu": ("MFU (%)", 100)}); floats rounded to about
+    three significant figures unless `digits` says ({"Step (ms)": 1}, by header or column), missing values
+    shown as "–", the index hidden. Returns a pandas Styler."""
+    import pandas as pd
+    digits = digits or {}
+    out, fmt = pd.DataFrame(index=df.index), {}
+    for col, spec in columns.items():
+        if col not in df.columns:
+            raise KeyError(f"table: no column {col!r}; the frame has {', '.join(map(str, df.columns))}")
+        header, scale = (spec, None) if isinstance(spec, str) else spec
+        values = df[col] * scale if scale is not None else df[col]
+        out[header] = values
+        if pd.api.types.is_float_dtype(values):
+            n = digits.get(header, digits.get(col, _digits(values.tolist())))
+            fmt[header] = f"{{:,.{n}f}}"
+        elif pd.api.types.is_integer_dtype(values):
+            fmt[header] = "{:,}"
+    return out.style.format(fmt, na_rep="–").hide(axis="index")

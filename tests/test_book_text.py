@@ -1,0 +1,122 @@
+"""The rewritten chapters (megalab.book.frame.REWRITTEN) keep the reader-path budgets of megalab.book.budgets:
+prose words, glue, cell size, parameters; their Evidence pages sit under them in _toc.yml and are exempt."""
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from megalab.book import budgets
+from megalab.book.frame import REWRITTEN
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def chapter_dir(number: str) -> Path:
+    found = sorted(ROOT.glob(f"book/{number}_*"))
+    assert len(found) == 1, f"chapter {number}: want one folder book/{number}_*, found {found}"
+    return found[0]
+
+
+def main_notebook(number: str) -> Path:
+    found = [p for p in sorted(chapter_dir(number).glob("*.ipynb")) if p.name != "evidence.ipynb"]
+    assert len(found) == 1, f"chapter {number}: want one notebook besides evidence.ipynb, found {found}"
+    return found[0]
+
+
+def _toc_entries(node) -> list:
+    """(file, [its sections' files]) for every entry of _toc.yml."""
+    out = []
+    if isinstance(node, dict):
+        if "file" in node:
+            out.append((node["file"], [s.get("file") for s in node.get("sections", [])]))
+        for v in node.values():
+            out += _toc_entries(v)
+    elif isinstance(node, list):
+        for v in node:
+            out += _toc_entries(v)
+    return out
+
+
+@pytest.mark.parametrize("number", REWRITTEN)
+def test_rewritten_chapter_keeps_the_reader_path_budgets(number):
+    path = main_notebook(number)
+    problems = budgets.problems(json.loads(path.read_text()))
+    assert not problems, f"{path.relative_to(ROOT)}:\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.parametrize("number", REWRITTEN)
+def test_an_evidence_page_is_listed_under_its_chapter(number):
+    evidence = chapter_dir(number) / "evidence.ipynb"
+    if not evidence.exists():
+        pytest.skip(f"chapter {number} keeps its evidence in the notebook's Evidence part")
+    toc = dict(_toc_entries(yaml.safe_load((ROOT / "_toc.yml").read_text())))
+    chapter = main_notebook(number).relative_to(ROOT).with_suffix("").as_posix()
+    assert evidence.relative_to(ROOT).with_suffix("").as_posix() in toc.get(chapter, []), \
+        f"_toc.yml: list {evidence.relative_to(ROOT)} in `sections:` under {chapter}"
+
+
+# -- the budgets, on small notebooks --------------------------------------------------------------------
+def nb(*cells) -> dict:
+    out = []
+    for kind, text, *tags in cells:
+        out.append({"cell_type": kind, "source": text, "metadata": {"tags": tags}})
+    return {"cells": out}
+
+
+PARAMS = ("code", 'mode: str = "cached"   # where results come from\ngpus: int = 4\n', "parameters")
+
+
+def test_a_kept_notebook_has_no_problems():
+    book = nb(("markdown", "# Title\n\nTP 2 takes {glue:text}`tp2_ms:.1f` ms."), PARAMS,
+              ("code", 'glue("tp2_ms", 12.5, display=False)'))
+    assert budgets.problems(book) == []
+
+
+def test_words_count_prose_not_code_math_or_markup():
+    md = ("**The step takes** {glue:text}`x:.1f` ms [in the paper](https://arxiv.org/abs/2205.05198).\n\n"
+          "```python\nthese are not words at all\n```\n\n$$M = 16 \\Psi$$\n\n:::{note}\n:class: dropdown\nTwo words\n:::\n")
+    assert budgets.words(md) == len("The step takes x ms in the paper".split()) + 2
+
+
+def test_words_past_the_evidence_heading_are_exempt():
+    long = " ".join(["word"] * (budgets.WORDS + 1))
+    assert "words of prose" in budgets.problems(nb(("markdown", long), PARAMS))[0]
+    assert budgets.problems(nb(("markdown", "# Title"), PARAMS, ("markdown", "## Evidence\n\n" + long))) == []
+
+
+def test_glue_read_and_glued_must_agree():
+    book = nb(("markdown", "{glue:text}`a` and {glue:}`b` and {glue:text}`ms_4:.0f`\n\n```{glue:figure} fig\n```"),
+              ("code", 'glue("a", 1)\nglue("c", 2)\nfor d in (4,):\n    glue(f"ms_{d}", 3)\nglue(name, 4)'),
+              ("code", 'glue("fig", f)'), PARAMS)
+    problems = budgets.glue_problems(book)
+    assert "the prose reads 'b', which the notebook never glues" in problems
+    assert "glued but never read: 'c'" in problems
+    assert any("not a string literal" in p for p in problems)
+    assert not any("ms_4" in p or "'fig'" in p or "'a'" in p for p in problems)
+    many = nb(("code", "\n".join(f'glue("g{i}", {i})' for i in range(budgets.GLUES + 1))))
+    assert budgets.glue_problems(many)[0] == f"{budgets.GLUES + 1} glue( calls: at most {budgets.GLUES}"
+
+
+def test_cells_short_narrow_and_without_def():
+    long = "\n".join(f"x{i} = {i}" for i in range(budgets.CELL_LINES + 1))
+    problems = budgets.cell_problems(nb(("code", long), ("code", "y = '" + "a" * 100 + "'"),
+                                        ("code", "def f():\n    return 1"), ("markdown", "## Evidence"),
+                                        ("code", "def g():\n    pass")))
+    assert len(problems) == 3 and "16 lines" in problems[0] and "columns" in problems[1] and "defines" in problems[2]
+
+
+def test_the_parameters_cell_holds_literals():
+    assert budgets.parameters_problems(nb(PARAMS)) == []
+    assert "want exactly one" in budgets.parameters_problems(nb(("code", "x = 1")))[0]
+    bad = nb(("code", 'mode = "cached"\ngpus = len(range(4))\nimport os', "parameters"))
+    assert len(budgets.parameters_problems(bad)) == 2
+
+
+def test_papers_cited_on_the_reader_path_are_linked():
+    linked = "As [Korthikanti et al. 2022](https://arxiv.org/abs/2205.05198) show, and Korthikanti et al. (2022) again."
+    assert budgets.citation_problems(nb(("markdown", linked))) == []
+    bare = nb(("markdown", "Narayanan et al. 2021 measured it; in 2021 and 1024 tokens."), ("markdown", "## Evidence"),
+              ("markdown", "[Narayanan et al. 2021](https://arxiv.org/abs/2104.04473)"))
+    assert budgets.citation_problems(bare) == ["Narayanan et al. 2021 is cited but never linked: link it "
+                                               "(megalab.book.references.cite)"]
