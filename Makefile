@@ -22,12 +22,13 @@ book: setup
 
 ## test: the lib's tests, the whole book executed from records, the HTML checked in a real browser
 test: setup
+	tools/browser-setup.sh    # Chromium first: tests/test_lab.py drives JupyterLab in it
 	$(VENV)/python -m pytest
 	$(MAKE) book
-	tools/browser-setup.sh
 	$(VENV)/python tools/check_html.py _build/html
 
-## lab: JupyterLab on the book, with the megalab kernel and widgets; on this machine only (127.0.0.1),
+## lab: JupyterLab on the book, with the megalab kernel, widgets and jupyterlab-myst (the prose's {eval}
+## numbers, folded Solutions; installed by setup from pyproject.toml); on this machine only (127.0.0.1),
 ## and as root too (containers and GPU hosts often log in as root; jupyter refuses root without --allow-root)
 LAB_FLAGS := --ServerApp.ip=127.0.0.1 $(if $(filter 0,$(shell id -u)),--allow-root)
 lab: setup

@@ -120,3 +120,10 @@ def test_papers_cited_on_the_reader_path_are_linked():
               ("markdown", "[Narayanan et al. 2021](https://arxiv.org/abs/2104.04473)"))
     assert budgets.citation_problems(bare) == ["Narayanan et al. 2021 is cited but never linked: link it "
                                                "(megalab.book.references.cite)"]
+
+
+def test_said_names_and_eval_reads_count_as_glue():
+    book = nb(("markdown", "# T\n\nTP 2 takes {eval}`tp2_ms` ms, {eval}`never`."), PARAMS,
+              ("code", 'say("tp2_ms", 12.5, ".1f")\nsay("unread", 1)'))
+    assert budgets.glue_problems(book) == ["the prose reads 'never', which the notebook never glues",
+                                           "glued but never read: 'unread'"]

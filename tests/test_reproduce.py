@@ -144,7 +144,8 @@ def test_freshness_follows_the_content_of_everything_a_page_reads(tmp_path, monk
 
 def test_glue_only_cells_are_bookkeeping():
     for code in ('glue("a", 1, display=False)', 'from myst_nb import glue\nglue("a", x)',
-                 'for d in (2, 4):\n    glue(f"ms_{d}", ms[d], display=False)'):
+                 'for d in (2, 4):\n    glue(f"ms_{d}", ms[d], display=False)',
+                 'from megalab.book.prose import say\nsay("a", 0.5, ".0%")', 'prose.say("a", x)'):
         assert reproduce.glue_only(code), code
     for code in ("", "x = 1\nglue('a', x)", "charts.memory(df)", "glue('a',", "# a comment only"):
         assert not reproduce.glue_only(code), code

@@ -3,7 +3,8 @@
 #  - reuses an installed torch (the venv sees the system site-packages);
 #  - never pulls CUDA wheels onto a machine without an NVIDIA GPU: without torch it installs a CPU build
 #    (TORCH_SPEC, default torch==2.13.0, from the PyTorch CPU index when that index is reachable);
-#  - installs megalab in editable mode with its notebook/book stack and test tools.
+#  - installs megalab in editable mode with its notebook/book stack (JupyterLab with jupyterlab-myst) and
+#    test tools.
 # On a GPU machine, tools/gpu-setup.sh (make gpu-setup) installs Transformer Engine as well. MathJax for the
 # HTML book comes with `make book` (tools/mathjax-setup.sh), not here: `make lab` does not need it.
 set -euo pipefail
@@ -15,7 +16,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 . .venv/bin/activate
 stamp=.venv/.megalab-setup
-if [ -f "$stamp" ] && [ "$stamp" -nt pyproject.toml ] && python -c "import megalab, torch, megatron.core" 2>/dev/null; then
+if [ -f "$stamp" ] && [ "$stamp" -nt pyproject.toml ] && python -c "import megalab, torch, megatron.core, jupyterlab_myst" 2>/dev/null; then
   exit 0
 fi
 python -m pip install -q --upgrade pip

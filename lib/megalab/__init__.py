@@ -13,7 +13,7 @@ from importlib import import_module
 __version__ = "0.1.0"
 __all__ = ["RunConfig", "InvalidLayout", "NotRecorded", "NotEnoughGPUs", "run",
            "axes", "bench", "calibration", "chapters", "charts", "config", "data", "env", "flags", "hardware",
-           "frame", "launch", "metrics", "peer", "presets", "profiles", "records", "recording", "references", "reproduce",
+           "frame", "launch", "metrics", "peer", "presets", "profiles", "prose", "records", "recording", "references", "reproduce",
            "results",
            "routing", "search", "shapes", "specs", "step_model", "store", "sweep", "theory", "timings",
            "widgets", "wiring"]
@@ -28,7 +28,7 @@ _MODULES = {"presets": "runs.presets", "config": "runs.config", "flags": "runs.f
             "profiles": "records.profiles", "routing": "records.routing", "step_model": "predict.step_model",
             "calibration": "predict.calibration", "search": "predict.search", "specs": "book.specs",
             "recording": "book.recording", "reproduce": "book.reproduce", "widgets": "book.widgets",
-            "frame": "book.frame", "references": "book.references",
+            "frame": "book.frame", "references": "book.references", "prose": "book.prose",
             "chapters": "book.chapters", "bench": "machine.bench", "env": "machine.env",
             "hardware": "machine.hardware", "theory": "theory", "charts": "charts", "metrics": "metrics",
             "data": "data", "wiring": "train.wiring"}

@@ -6,8 +6,8 @@ The reader path is the notebook's cells before its Evidence part (a heading "Evi
 everything from there on, and the chapter's appendix page `evidence.ipynb`, is exempt. On the reader path:
 at most WORDS words of prose (markdown; code blocks, math and directive lines left out, a role such as
 {glue:text}`x:.1f` counted as one word), code cells of at most CELL_LINES lines and CELL_COLUMNS columns, no
-`def`. Over the whole notebook: at most GLUES `glue(` calls, each naming its value with a string literal
-(or an f-string, read as a pattern); every name the prose reads ({glue:text}, {glue:}, {glue:figure}, the
+`def`. Over the whole notebook: at most GLUES `glue(` or `say(` calls, each naming its value with a string literal
+(or an f-string, read as a pattern); every name the prose reads ({glue:text}, {eval}, {glue:}, {glue:figure}, the
 glue directives) is glued, every glued name is read; one cell tagged `parameters`, holding literals only;
 every paper cited on the reader path ("Korthikanti et al. 2022") linked at least once
 (megalab.book.references has the links).
@@ -33,9 +33,9 @@ _HTML = re.compile(r"<[^>]+>|<!--.*?-->", re.S)
 _LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
 _WORD = re.compile(r"[A-Za-z0-9]+(?:['’.,-][A-Za-z0-9]+)*")
 
-GLUE_CALL = re.compile(r"\bglue\(")
-_GLUE_NAME = re.compile(r"\bglue\(\s*(f?)(['\"])(.*?)\2")
-_GLUE_READ = re.compile(r"\{glue(?::\w*)?\}`([^`:]+)(?::[^`]*)?`")
+GLUE_CALL = re.compile(r"\b(?:glue|say)\(")                      # say: megalab.book.prose
+_GLUE_NAME = re.compile(r"\b(?:glue|say)\(\s*(f?)(['\"])(.*?)\2")
+_GLUE_READ = re.compile(r"\{(?:glue(?::\w*)?|eval)\}`([^`:]+)(?::[^`]*)?`")
 _GLUE_DIRECTIVE = re.compile(r"^\s*(?:`{3,}|:{3,})\{glue(?::\w*)?\}\s+(\S+)", re.M)
 _DEF = re.compile(r"^\s*(async\s+)?def\s", re.M)
 CITATION = re.compile(r"\b([A-Z][A-Za-z-]+(?: et al\.?| and [A-Z][A-Za-z-]+)?),? \(?((?:19|20)\d\d)\b")

@@ -14,6 +14,7 @@ and is rebuilt when the executed copy changes. A notebook with no executed copy 
 error under -W) telling you to run `megalab reproduce`. The same extension loads plotly.js once per
 page from the installed plotly package, and MathJax from `.mathjax/` (fetched by tools/mathjax-setup.sh;
 `mathjax_path` in _config.yml points at the copy), so the HTML works offline (see `megalab.charts`).
+It also renders the prose's `{eval}`name`` roles from what the notebook said (`megalab.book.prose`).
 
 Modes. `cached` runs the notebooks with mode="cached" (recorded results only). `live` runs them
 with mode="auto": a configuration already recorded on this GPU model is read back, anything else runs
@@ -288,7 +289,22 @@ def _source_read(app, docname: str, source: list) -> None:
             f"first", location=docname)
         return
     app.env.note_dependency(str(executed.resolve()))
-    source[0] = json.dumps(tag_cells(_html_only(json.loads(executed.read_text()))))
+    nb = json.loads(executed.read_text())
+    _warn_read_before_said(nb, docname)
+    source[0] = json.dumps(tag_cells(_html_only(nb)))
+
+
+def _warn_read_before_said(nb: dict, docname: str) -> None:
+    """JupyterLab evaluates a markdown cell's {eval} roles when the cell runs: a name said further down
+    shows an error there. A warning (an error under -W) per such read; the HTML alone would not show it."""
+    from sphinx.util import logging
+
+    from megalab.book import prose
+    for name, read, said in prose.read_before_said(nb):
+        if said is not None:   # never said: the eval role reports it where it is read
+            logging.getLogger(__name__).warning(
+                f"{{eval}}`{name}` in cell {read} reads a name said in cell {said} below it: JupyterLab shows "
+                f"an error there until that cell ran; say it in a cell above", location=docname)
 
 
 def _html_only(nb: dict) -> dict:
@@ -305,8 +321,12 @@ def _html_only(nb: dict) -> dict:
 MYST_OUTPUT = (":::{admonition}", "```{admonition}")   # a Markdown output written in MyST (frame.megatron_box)
 
 
+SAYING = ("glue", "say")   # myst-nb's glue; megalab.book.prose.say
+
+
 def glue_only(code: str) -> bool:
-    """A cell that only glues values (`glue(...)` calls, loops over them, imports): bookkeeping, not for the page."""
+    """A cell that only glues values (`glue(...)` or `say(...)` calls, loops over them, imports): bookkeeping,
+    not for the page."""
     import ast
     try:
         tree = ast.parse(code)
@@ -321,10 +341,10 @@ def glue_only(code: str) -> bool:
                 continue
             call = st.value if isinstance(st, ast.Expr) else None
             fn = getattr(call, "func", None)
-            if not (isinstance(call, ast.Call) and (getattr(fn, "id", None) or getattr(fn, "attr", None)) == "glue"):
+            if not (isinstance(call, ast.Call) and (getattr(fn, "id", None) or getattr(fn, "attr", None)) in SAYING):
                 return False
         return True
-    return bool(tree.body) and only(tree.body) and "glue" in code
+    return bool(tree.body) and only(tree.body) and any(name in code for name in SAYING)
 
 
 def tag_cells(nb: dict) -> dict:
@@ -389,6 +409,8 @@ def setup(app):
     app.connect("build-finished", _copy_plotly_js)
     app.connect("build-finished", _copy_mathjax)
     app.connect("html-page-context", _dedupe_scripts)
+    from megalab.book import prose
+    prose.setup_sphinx(app)   # {eval}`name` pastes what the notebook said (myst-nb's own needs a kernel)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
 
 
