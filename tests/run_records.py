@@ -2,7 +2,7 @@
 
 from megalab import metrics
 from megalab.runs.config import RunConfig
-from megalab.runs.launch import RunOutcome
+from megalab.jobs.launch import RunOutcome
 from megalab.records.schema import make_record
 
 CFG = RunConfig(name="gpt-test", layers=4, hidden=256, heads=4, gpus=2, tp=2, mbs=2, gbs=8, impl="local")

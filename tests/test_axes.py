@@ -4,7 +4,8 @@ import inspect
 
 import pytest
 
-from megalab.runs import axes, peer, presets
+from megalab.jobs import peer
+from megalab.runs import axes, presets
 from megalab.runs.axes import AXES, GROUP_ORDER, axis
 from megalab.runs.config import RunConfig
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from megalab.machine import bench
+from megalab.jobs import bench
 
 
 @pytest.mark.parametrize("op, factor", [("all_reduce", 1.5), ("all_gather", 0.75), ("reduce_scatter", 0.75),
@@ -15,7 +15,7 @@ def test_bus_bandwidth_on_four_ranks(op, factor):
 def test_recorded_benchmarks_load_as_a_frame():
     """results/bench.jsonl holds H200 hosts' benches (4x and 2x) and a 2xH100 host's; every collective was checked
     numerically; `gpu` keeps one model's points, and a model never benched is an error that says what to run."""
-    from megalab.runs.running import NotRecorded
+    from megalab.jobs.running import NotRecorded
     nccl = bench.load("nccl")
     assert set(nccl["op"]) == set(bench.OPS) and nccl["correct"].all()
     assert set(nccl["gpu_name"]) == {"NVIDIA H200", "NVIDIA H100 80GB HBM3"}
@@ -26,8 +26,8 @@ def test_recorded_benchmarks_load_as_a_frame():
 
 
 def test_best_bus_bandwidth_reads_the_records(tmp_path):
-    from megalab.machine import bench
-    from megalab.runs.running import NotRecorded, Store
+    from megalab.jobs import bench
+    from megalab.jobs.running import NotRecorded, Store
     import json
     store = Store(tmp_path)
     with open(store.path("bench"), "a") as f:
@@ -42,7 +42,7 @@ def test_best_bus_bandwidth_reads_the_records(tmp_path):
 
 def test_best_matmul_and_bus_bandwidth_of_one_gpu_model(tmp_path):
     import json
-    from megalab.runs.running import NotRecorded, Store
+    from megalab.jobs.running import NotRecorded, Store
     store = Store(tmp_path)
     with open(store.path("bench"), "a") as f:
         for gpu, tflops, bw in (("NVIDIA H200", 780.0, 330.0), ("NVIDIA H100 80GB HBM3", 700.0, 300.0)):
@@ -88,7 +88,7 @@ def test_launch_records_sit_beside_the_old_benchmarks(tmp_path):
     one line of `megalab bench`, and the newest of a GPU model answers launch_overhead."""
     import json
     from megalab.records import type_problems
-    from megalab.runs.running import NotRecorded, Store
+    from megalab.jobs.running import NotRecorded, Store
     store = Store(tmp_path)
     old = Store().load("bench")[0]   # a committed record, as recorded
     with open(store.path("bench"), "a") as f:
@@ -110,7 +110,7 @@ def test_launch_records_sit_beside_the_old_benchmarks(tmp_path):
 
 def _only_matmul(root):
     import json
-    from megalab.runs.running import Store
+    from megalab.jobs.running import Store
     store = Store(root)
     store.path("bench").parent.mkdir(parents=True, exist_ok=True)
     with open(store.path("bench"), "a") as f:

@@ -9,7 +9,7 @@ from run_records import record
 
 from megalab.predict import calibration, step_model
 from megalab.runs.config import RunConfig
-from megalab.runs.running import NotRecorded, Store
+from megalab.jobs.running import NotRecorded, Store
 
 # known constants, away from step_model's first guesses, in SI units
 TRUE = {"gemm_eff": 0.8, "gemm_width": 800.0, "attn_eff": 0.4, "host_layer": 2.5e-3, "comm_call": 120e-6,

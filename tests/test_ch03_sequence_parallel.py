@@ -5,7 +5,7 @@ import pytest
 from megalab.book import chapters, recording, specs
 from megalab.book.chapters import ch03_sequence_parallel as ch03
 from megalab.runs.config import RunConfig
-from megalab.runs.sweep import with_value
+from megalab.jobs.sweep import with_value
 
 
 def _cfg(item) -> RunConfig:
@@ -111,7 +111,7 @@ def test_the_recorded_fits_are_settled_inside_their_windows(t, layout):
 def test_a_queued_fit_is_not_settled_by_the_store():
     """gpt-22b's full-recompute search at TP 4 (29 ran, 32 ran out of memory, 30 and 31 unprobed) and every TP 8
     search: read from the store alone, each still needs a probe, which is why it is queued and not read."""
-    from megalab.runs.running import NotRecorded
+    from megalab.jobs.running import NotRecorded
     for fits in chapters.pending("ch03", 8)["fit_mbs"].values():
         for fit in fits.values():
             with pytest.raises(NotRecorded):

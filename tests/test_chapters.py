@@ -5,7 +5,7 @@ import pytest
 
 from megalab.book import chapters, recording, specs
 from megalab.runs.config import RunConfig
-from megalab.runs.running import Store
+from megalab.jobs.running import Store
 
 
 def test_degrees():

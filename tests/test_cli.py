@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from megalab import cli
-from megalab.runs import running as results
+from megalab.jobs import running as results
 from megalab.runs.config import RunConfig
 from megalab.runs.flags import config_to_args
-from megalab.runs.launch import RunOutcome
+from megalab.jobs.launch import RunOutcome
 from megalab.metrics import Parsed
 
 CFG = RunConfig(name="gpt-test", layers=4, hidden=256, heads=4, gpus=2, tp=2, mbs=2, gbs=8, impl="local")
@@ -120,17 +120,17 @@ def test_slurm(capsys):
 def test_lazy_subcommands_are_dispatched(monkeypatch, capsys):
     import types
 
-    import megalab.machine.bench  # noqa: F401  (so that the fakes below are undone to the real modules)
+    import megalab.jobs.bench  # noqa: F401  (so that the fakes below are undone to the real modules)
     calls = {}
     monkeypatch.setitem(sys.modules, "megalab.book.reproduce", types.SimpleNamespace(
         reproduce=lambda chapters, mode, gpus, force: calls.setdefault("reproduce", (chapters, mode, gpus, force))
         and 0, page_names=lambda: ["planner"]))
     monkeypatch.setitem(sys.modules, "megalab.data", types.SimpleNamespace(
         prepare_data=lambda i, o, tokenizer: calls.setdefault("data", (i, o, tokenizer)) and {"documents": 1}))
-    monkeypatch.setitem(sys.modules, "megalab.machine.bench", types.SimpleNamespace(
+    monkeypatch.setitem(sys.modules, "megalab.jobs.bench", types.SimpleNamespace(
         main=lambda argv: calls.setdefault("bench", argv) and 0))
-    import megalab.machine
-    monkeypatch.setattr(megalab.machine, "bench", sys.modules["megalab.machine.bench"])
+    import megalab.jobs
+    monkeypatch.setattr(megalab.jobs, "bench", sys.modules["megalab.jobs.bench"])
     assert cli.main(["reproduce", "tp", "pp", "--mode", "cached", "--gpus", "4", "--force"]) == 0
     assert cli.main(["prepare-data", "--input", "a.jsonl", "--output-prefix", "out/a"]) == 0
     assert cli.main(["bench", "--gpus", "2"]) == 0

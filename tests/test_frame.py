@@ -5,7 +5,8 @@ import pandas as pd
 import pytest
 
 from megalab.book import frame
-from megalab.runs import peer, presets
+from megalab.jobs import peer
+from megalab.runs import presets
 from megalab.runs.axes import AXES
 
 XL = presets.get("gpt2-xl")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from megalab.runs import launch
+from megalab.jobs import launch
 from megalab.runs.config import InvalidLayout, RunConfig
 
 CFG = RunConfig(name="gpt-test", layers=4, hidden=256, heads=4, gpus=2, tp=2, mbs=2, gbs=8, iters=5, impl="local")
@@ -183,7 +183,7 @@ def test_a_dataset_with_more_token_ids_than_the_vocab_is_refused_before_launch(t
 
     from megalab.runs import presets
     from megalab.runs.config import InvalidLayout
-    from megalab.runs.launch import _check_data
+    from megalab.jobs.launch import _check_data
     prefix = str(tmp_path / "corpus")
     (tmp_path / "corpus.bin").write_bytes(b"")
     (tmp_path / "corpus.json").write_text(json.dumps({"vocab_size": 128256}))

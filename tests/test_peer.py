@@ -1,4 +1,4 @@
-"""megalab.runs.peer: Megatron-LM's pretrain_gpt.py given the same RunConfig; its real logs parsed back.
+"""megalab.jobs.peer: Megatron-LM's pretrain_gpt.py given the same RunConfig; its real logs parsed back.
 
 The logs in tests/data/peer/ were captured on one H200 (2026-11-24, Megatron-LM core_v0.16.1,
 TE 2.11.0) by tools/gpu/plans/peer-1gpu.txt, and on two H100s (*_pp2_* and *_ep2_*)."""
@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from megalab.runs import launch, peer, presets
+from megalab.jobs import launch, peer
+from megalab.runs import presets
 
 DATA = Path(__file__).parent / "data" / "peer"
 GPT12 = peer.peer_config(presets.get("gpt-1.2b").replace(mbs=8, gbs=8, dropout=0.1))

@@ -3,7 +3,7 @@ import pytest
 
 from megalab.runs import presets
 from megalab.records import profiles
-from megalab.runs.running import NotRecorded
+from megalab.jobs.running import NotRecorded
 from megalab.records.store import Store
 
 COLUMNS = ["category", "start_ms", "duration_ms", "stream"]

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from megalab.book import frame, references
-from megalab.runs import peer, presets
+from megalab.jobs import peer
+from megalab.runs import presets
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from megalab import metrics
-from megalab.runs import running as results
-from megalab.runs.launch import RunOutcome
-from megalab.runs.running import NotRecorded, Store
+from megalab.jobs import running as results
+from megalab.jobs.launch import RunOutcome
+from megalab.jobs.running import NotRecorded, Store
 
 from run_records import CFG
 from run_records import record as _record
@@ -73,7 +73,7 @@ def test_a_reference_answer_says_so(tmp_path, capsys, monkeypatch):
 
 
 def test_live_records_failures_too(tmp_path, monkeypatch):
-    from megalab.runs import launch
+    from megalab.jobs import launch
     log = (Path(__file__).parent / "data" / "handmade_log_oom.txt").read_text()
     outcome = RunOutcome(*metrics.classify_failure(log, 1, False), metrics.parse_log(log), tmp_path / "run", 1)
     monkeypatch.setattr(launch, "launch", lambda cfg, **kw: outcome)
@@ -98,7 +98,7 @@ def test_store_names_are_re_exported():
 def test_a_transient_failure_never_hides_a_settled_record(tmp_path):
     """ok/oom/invalid answer a lookup; a later timeout does not replace them, and auto retries it."""
     from megalab.runs import presets
-    from megalab.runs.running import Store, select
+    from megalab.jobs.running import Store, select
     cfg = presets.get("gpt-tiny").replace(impl="local")
     store = Store(tmp_path)
     env = {"gpu_name": "NVIDIA H200"}
@@ -117,7 +117,7 @@ def test_lookups_by_gpu_model_prefer_unpacked_and_separate_profiled_runs(tmp_pat
     """gpu="H100" reads only H100 records (datasheet name matching); a run alone on its host wins over
     a newer packed one; profile=True reads only profiled records, other lookups never do."""
     from megalab.runs import presets
-    from megalab.runs.running import Store, select
+    from megalab.jobs.running import Store, select
     cfg = presets.get("gpt-tiny").replace(impl="local")
     store = Store(tmp_path)
     h100 = store.append({"key": cfg.key, "status": "ok", "env": {"gpu_name": "NVIDIA H100 80GB HBM3"},
@@ -138,7 +138,7 @@ def test_lookups_by_gpu_model_prefer_unpacked_and_separate_profiled_runs(tmp_pat
 
 
 def test_frame_marks_live_results_as_yours():
-    from megalab.runs.running import Result, frame
+    from megalab.jobs.running import Result, frame
     from run_records import record
     df = frame([Result(record(), "cached"), Result(record(), "live")])
     assert list(df["source"]) == ["reference", "yours"] and df["tp"].tolist() == [2, 2]
@@ -151,7 +151,7 @@ def test_same_gpu_model():
 
 
 def test_frame_puts_the_reference_beside_a_readers_run(tmp_path):
-    from megalab.runs.running import Result, Store, frame
+    from megalab.jobs.running import Result, Store, frame
     from run_records import record
     store = Store(tmp_path)
     ref = store.append(record(gpu="NVIDIA H200"))

@@ -9,7 +9,7 @@ from megalab import cli, theory
 from megalab.runs import presets
 from megalab.predict import search
 from megalab.runs.config import InvalidLayout
-from megalab.runs.running import Store
+from megalab.jobs.running import Store
 
 GPT8 = presets.get("gpt-8.3b")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from megalab.runs import slurm
+from megalab.jobs import slurm
 from megalab.runs.config import InvalidLayout, RunConfig
 from megalab.records.store import Store
 

@@ -6,7 +6,7 @@ import pytest
 
 from megalab.predict import step_model
 from megalab.runs.config import RunConfig
-from megalab.runs.running import Store
+from megalab.jobs.running import Store
 
 CFG = RunConfig(name="t", layers=8, hidden=2048, heads=16, vocab=32768, seq=2048, mbs=1, gbs=8)
 C = {"gemm_eff": 0.6, "gemm_width": 500.0, "attn_eff": 0.5, "host_layer": 4e-3, "comm_call": 200e-6,

@@ -342,7 +342,7 @@ def test_a_profiled_run_keeps_its_kernel_timeline(tmp_path):
     """make_record embeds the run folder's profile.json (written by the trainer's profiler)."""
     import json
     from megalab import metrics
-    from megalab.runs.launch import RunOutcome
+    from megalab.jobs.launch import RunOutcome
     from megalab.records.schema import make_record
     from run_records import CFG
     (tmp_path / "profile.json").write_text(json.dumps({"steps": [5, 6, 7], "kernel_s_per_step": {"nccl": 0.1},
@@ -420,7 +420,7 @@ except StoreUnusable as exc:
 
 def test_a_live_run_that_the_store_refuses_keeps_its_record_in_its_run_folder(tmp_path, monkeypatch):
     from megalab import launch, results
-    from megalab.runs.launch import RunOutcome
+    from megalab.jobs.launch import RunOutcome
     from megalab.metrics import Parsed
     from megalab.records.store import StoreUnusable
     steps = [{"kind": "step", "step": i, "loss": 9.0 - i, "step_time_s": 0.25} for i in range(5)]

@@ -2,9 +2,9 @@
 
 import pytest
 
-from megalab.runs import running as results, sweep
+from megalab.jobs import running as results, sweep
 from megalab.runs.config import RunConfig
-from megalab.runs.running import Result
+from megalab.jobs.running import Result
 
 CFG = RunConfig(name="gpt-test", layers=4, hidden=256, heads=4, gpus=4, tp=2, mbs=2, gbs=16, impl="local")
 
@@ -158,14 +158,14 @@ def test_parity_failed_run(fake_run):
 def test_reference_of_uses_the_default_dispatcher():
     """With ep=1 the token dispatcher is irrelevant: every dispatcher's layout shares one reference."""
     from megalab.runs import presets
-    from megalab.runs.sweep import reference_of
+    from megalab.jobs.sweep import reference_of
     cfg = presets.get("moe-small").replace(gpus=4, ep=4, mbs=2, gbs=16)
     assert reference_of(cfg.replace(moe_dispatcher="allgather")).key == reference_of(cfg).key
 
 
 def test_fit_best_names_the_probes_when_nothing_fits():
-    from megalab.runs.sweep import FitResult
-    from megalab.runs.running import Result
+    from megalab.jobs.sweep import FitResult
+    from megalab.jobs.running import Result
     ok, oom = Result({"status": "ok"}, "cached"), Result({"status": "oom"}, "cached")
     assert FitResult("mbs", 4, [(4, ok), (8, oom)]).best is ok
     with pytest.raises(LookupError, match="8: oom"):
@@ -175,8 +175,8 @@ def test_fit_best_names_the_probes_when_nothing_fits():
 def test_a_probe_that_crashed_answers_nothing(tmp_path):
     """A timed-out probe is neither fits nor does-not-fit: fit raises ProbeFailed naming it."""
     from megalab.runs import presets
-    from megalab.runs.running import Store
-    from megalab.runs.sweep import ProbeFailed, fit, with_value
+    from megalab.jobs.running import Store
+    from megalab.jobs.sweep import ProbeFailed, fit, with_value
     cfg = presets.get("gpt-tiny").replace(impl="local", mbs=1, gbs=1)
     store = Store(tmp_path)
     store.append({"key": with_value(cfg, "mbs", 1).key, "status": "ok", "config": with_value(cfg, "mbs", 1).to_dict(), "env": {}})

@@ -199,7 +199,7 @@ def test_a_group_whose_interval_is_wider_than_two_percent_is_flagged(tmp_path):
 
 def test_timings_refuse_to_compare_runs_of_several_groups_hosts_commits_or_trainers(tmp_path):
     """Each refusal is one line naming what differs; a packed run in a group's recording refuses the group."""
-    from megalab.runs.running import NotRecorded
+    from megalab.jobs.running import NotRecorded
     one = [_member(A, 100.0, "2030-01-01T00:00:00Z"), _member(B, 80.0, "2030-01-01T00:01:00Z")]
     assert timings.one_group(one) == "ch09.demo"
     cases = {"groups ch09.demo, ch09.other": _member(B, 80.0, "2030-01-01T00:02:00Z", tags=("group.ch09.other",)),

@@ -35,7 +35,7 @@ TOL = dict(rel=2e-3)  # bf16 GEMMs split differently per layout; Adam amplifies 
 
 
 def _torchrun(nproc: int, entry: list[str], cfg, timeout=300) -> str:
-    from megalab.runs.launch import child_env
+    from megalab.jobs.launch import child_env
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
            *entry, *config_to_args(cfg)]
     out = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), timeout=timeout)
@@ -45,7 +45,7 @@ def _torchrun(nproc: int, entry: list[str], cfg, timeout=300) -> str:
 
 # -- 1. dry run -------------------------------------------------------------------------------------
 def test_dry_run_tp2_pp2_matches_theory(tmp_path):
-    from megalab.runs.launch import launch
+    from megalab.jobs.launch import launch
     cfg = LLAMA.replace(gpus=4, tp=2, pp=2)
     outcome = launch(cfg, runs_root=tmp_path, progress=False, dry_run=True, timeout_s=300)
     assert outcome.status == "ok", (outcome.run_dir / "log.txt").read_text()[-4000:]
@@ -58,7 +58,7 @@ def test_dry_run_tp2_pp2_matches_theory(tmp_path):
 
 
 def test_invalid_layout_is_one_json_line():
-    from megalab.runs.launch import child_env
+    from megalab.jobs.launch import child_env
     cmd = [sys.executable, "-m", "megalab.train", "--layers", "4", "--hidden", "128", "--heads", "3",
            "--impl", "local", "--dry-run"]
     out = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), timeout=120)

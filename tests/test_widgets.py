@@ -5,7 +5,7 @@ import pytest
 from megalab.predict import calibration, search
 from megalab.runs import presets
 from megalab.book import widgets
-from megalab.runs.running import Store
+from megalab.jobs.running import Store
 
 # recorded on the reference machine (1 H200, mbs 8): the search must find that record
 GPT12_1GPU = presets.get("gpt-1.2b").replace(gpus=1, gbs=8, seq=1024)

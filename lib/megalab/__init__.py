@@ -19,17 +19,17 @@ __all__ = ["RunConfig", "InvalidLayout", "NotRecorded", "NotEnoughGPUs", "run",
            "widgets", "wiring"]
 
 _LAZY = {"RunConfig": ("runs.config", "RunConfig"), "InvalidLayout": ("runs.config", "InvalidLayout"),
-         "NotRecorded": ("runs.running", "NotRecorded"), "NotEnoughGPUs": ("runs.launch", "NotEnoughGPUs"),
-         "run": ("runs.running", "run")}
+         "NotRecorded": ("jobs.running", "NotRecorded"), "NotEnoughGPUs": ("jobs.launch", "NotEnoughGPUs"),
+         "run": ("jobs.running", "run")}
 # The short names notebooks import (`from megalab import results, store`) and where each module lives now.
 _MODULES = {"presets": "runs.presets", "config": "runs.config", "flags": "runs.flags", "shapes": "runs.shapes",
-            "launch": "runs.launch", "peer": "runs.peer", "results": "runs.running", "sweep": "runs.sweep",
+            "launch": "jobs.launch", "peer": "jobs.peer", "results": "jobs.running", "sweep": "jobs.sweep",
             "axes": "runs.axes", "store": "records.store", "records": "records", "timings": "records.timings",
             "profiles": "records.profiles", "routing": "records.routing", "step_model": "predict.step_model",
             "calibration": "predict.calibration", "search": "predict.search", "specs": "book.specs",
             "recording": "book.recording", "reproduce": "book.reproduce", "widgets": "book.widgets",
             "frame": "book.frame", "references": "book.references", "prose": "book.prose",
-            "chapters": "book.chapters", "bench": "machine.bench", "env": "machine.env",
+            "chapters": "book.chapters", "bench": "jobs.bench", "env": "machine.env",
             "hardware": "machine.hardware", "theory": "theory", "charts": "charts", "metrics": "metrics",
             "data": "data", "wiring": "train.wiring"}
 

@@ -50,7 +50,7 @@ def _version() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     from megalab.runs.flags import add_config_args
-    from megalab.runs.launch import DEFAULT_TIMEOUT_S
+    from megalab.jobs.launch import DEFAULT_TIMEOUT_S
     from megalab.metrics import STATUSES
 
     p = usage.Parser(prog="megalab", description="Train LLMs across GPUs with Megatron Core: "
@@ -176,8 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--gpus", type=usage.positive_int, help="GPUs available for live runs (default: all visible)")
     s.add_argument("--force", action="store_true", help="run again even when the executed copy is up to date")
 
-    s = cmd("bench", records.cmd_bench, "microbenchmarks (matmul, HBM, NCCL); arguments go to megalab.machine.bench")
-    s.add_argument("args", nargs=argparse.REMAINDER, help="arguments of megalab.machine.bench (megalab bench --help)")
+    s = cmd("bench", records.cmd_bench, "microbenchmarks (matmul, HBM, NCCL); arguments go to megalab.jobs.bench")
+    s.add_argument("args", nargs=argparse.REMAINDER, help="arguments of megalab.jobs.bench (megalab bench --help)")
     return p
 
 
@@ -188,14 +188,14 @@ def _errors():
     from megalab.data import BadCorpus
     from megalab.machine.hardware import UnknownGPU
     from megalab.machine.env import BadCommit
-    from megalab.runs.launch import BadRunsFolder, NotEnoughGPUs
-    from megalab.runs.slurm import InvalidSlurmOption
-    from megalab.runs.peer import PeerNotFound
+    from megalab.jobs.launch import BadRunsFolder, NotEnoughGPUs
+    from megalab.jobs.slurm import InvalidSlurmOption
+    from megalab.jobs.peer import PeerNotFound
     from megalab.book.reproduce import UnknownNotebook
-    from megalab.runs.running import NotRecorded
+    from megalab.jobs.running import NotRecorded
     from megalab.runs.shapes import UnknownPreset
     from megalab.records.store import ImportRefused, StoreUnusable
-    from megalab.runs.sweep import EmptyRange, ProbeFailed
+    from megalab.jobs.sweep import EmptyRange, ProbeFailed
     return ((InvalidLayout, EXIT_INVALID), (NotRecorded, EXIT_NOT_RECORDED), (ProbeFailed, EXIT_RUN_FAILED),
             ((NotEnoughGPUs, BadArgument, UnknownChapter, UnknownNotebook, UnknownGPU, UnknownPreset,
               ImportRefused, StoreUnusable, BadCommit, BadRunsFolder, InvalidSlurmOption, EmptyRange, BadCorpus, PeerNotFound), EXIT_INVALID))
@@ -212,7 +212,7 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `megalab` console script; returns the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["bench"]:  # its flags belong to megalab.machine.bench (argparse REMAINDER drops leading flags)
+    if argv[:1] == ["bench"]:  # its flags belong to megalab.jobs.bench (argparse REMAINDER drops leading flags)
         return _guarded("bench", records.cmd_bench, argparse.Namespace(args=argv[1:]))
     try:
         ns = _parse(build_parser(), argv)

@@ -118,7 +118,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True)
     args = p.parse_args()
-    from megalab.runs.launch import child_env
+    from megalab.jobs.launch import child_env
     env = child_env()  # as the lib launches: forced NCCL settings, lib/ first on PYTHONPATH
     with open(args.out, "a") as out:
         launcher(out, env)

@@ -4,9 +4,9 @@
     >>> frame.megatron_box({"DP 4 + distributed optimizer": cfg})   # the chapter's In Megatron-LM box
     >>> frame.table(df, {"label": "Layout", "step_time_s": ("Step (ms)", 1e3)})
 
-`describe` reads the parallel axes from `runs.axes.AXES`; `megatron_box` prints the flags `runs.peer.args`
+`describe` reads the parallel axes from `runs.axes.AXES`; `megatron_box` prints the flags `jobs.peer.args`
 gives Megatron-LM's `pretrain_gpt.py` for the same RunConfig (the peer runs exactly these), with the
-environment `runs.peer.environment` sets. Nothing here types a flag a chapter could get wrong.
+environment `jobs.peer.environment` sets. Nothing here types a flag a chapter could get wrong.
 
 `REWRITTEN` lists the chapters written to the book's reader-path rules (tests/test_book_text.py and
 tools/check_html.py hold them to those rules; the other chapters keep the older ones).
@@ -139,9 +139,9 @@ def _pairs(argv: list[str]) -> list[tuple[str, list[str]]]:
 
 
 def box_flags(cfg) -> list[tuple[str, list[str]]]:
-    """The layout, memory and batch flags of cfg, as the peer passes them (runs.peer.args), in its order:
+    """The layout, memory and batch flags of cfg, as the peer passes them (jobs.peer.args), in its order:
     parallel sizes of 1 (Megatron-LM's default) and the CP settings without CP left out."""
-    from megalab.runs import peer
+    from megalab.jobs import peer
     out = []
     for flag, values in _pairs(peer.args(peer.peer_config(cfg))):
         if flag not in SHOWN or (flag in SIZE_FLAGS and values == ["1"]):
@@ -153,7 +153,7 @@ def box_flags(cfg) -> list[tuple[str, list[str]]]:
 
 
 def _command(cfg) -> str:
-    from megalab.runs import peer
+    from megalab.jobs import peer
     env = " ".join(f"{k}={v}" for k, v in peer.environment(cfg).items())
     head = f"{env + ' ' if env else ''}torchrun --nproc-per-node {cfg.gpus} pretrain_gpt.py"
     parts = [" ".join([flag, *values]) for flag, values in box_flags(cfg)]
@@ -169,7 +169,7 @@ def _command(cfg) -> str:
 
 
 def _rows(layouts) -> tuple[list[tuple[str, str, str]], dict[str, str]]:
-    from megalab.runs import peer
+    from megalab.jobs import peer
     seen: dict[str, tuple[str, str, str]] = {}
     env: dict[str, str] = {}
     for cfg in layouts.values():
@@ -187,7 +187,7 @@ def _rows(layouts) -> tuple[list[tuple[str, str, str]], dict[str, str]]:
 
 def box_text(layouts: dict) -> str:
     """The box's MyST source (megatron_box shows it)."""
-    from megalab.runs import peer
+    from megalab.jobs import peer
     blocks = []
     for name, cfg in layouts.items():
         words = describe(cfg)
@@ -199,7 +199,7 @@ def box_text(layouts: dict) -> str:
     table += [f"| `{k}` (environment) | | {d} |" for k, d in env.items()]
     some = next(iter(layouts.values()))
     n = len(_pairs(peer.args(peer.peer_config(some))))
-    model = (f"Add the model's flags (`--num-layers`, `--hidden-size`, ...): `megalab.runs.peer.args(cfg)` "
+    model = (f"Add the model's flags (`--num-layers`, `--hidden-size`, ...): `megalab.jobs.peer.args(cfg)` "
              f"gives all {n} flags of a run, and `megalab peer` runs them.")
     body = "\n\n".join([*blocks, "\n".join(table), model])
     return f":::{{admonition}} In Megatron-LM\n:class: tip\n\n{body}\n:::\n"
@@ -207,7 +207,7 @@ def box_text(layouts: dict) -> str:
 
 def megatron_box(layouts: dict):
     """The chapter's "In Megatron-LM" box: for each named layout ({"DP 4 + distributed optimizer": cfg}) the
-    `pretrain_gpt.py` command with its layout, memory and batch flags (printed by runs.peer, which runs them),
+    `pretrain_gpt.py` command with its layout, memory and batch flags (printed by jobs.peer, which runs them),
     then each flag's Megatron Core argument and what it does, and the environment variables the run needs.
     Shown as a MyST admonition in the book (megalab.book.reproduce renders the Markdown as MyST, and
     _config.yml ranks Markdown before HTML) and as a plain HTML box in JupyterLab."""

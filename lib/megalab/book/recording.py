@@ -23,8 +23,8 @@ def is_recorded(item, store=None) -> bool:
     """Does the store answer this item in cached mode with settled outcomes (ok, oom, invalid), every run
     of a fit or parity included? A timeout or crash on record is worth recording again, unless the run trained
     every step and only its exit was cut (records.trained)."""
-    from megalab.runs.running import SETTLED, NotRecorded, run
-    from megalab.runs.sweep import ProbeFailed
+    from megalab.jobs.running import SETTLED, NotRecorded, run
+    from megalab.jobs.sweep import ProbeFailed
     if isinstance(item, Group):
         return _group_recorded(item, store)
     try:
@@ -62,7 +62,7 @@ def _jobs(chapter: str, gpus: int, gpu: str, missing_only: bool, store, pending:
     (they are chains of probes), reference runs, a `wait`, the parity layouts, and last the fits that
     take the whole host. On a host of `host_gpus` GPUs, a timed run narrower than the host runs alone too
     (pack.py would start another job beside it); profiled runs, fits and parity share the host."""
-    from megalab.runs.sweep import reference_of
+    from megalab.jobs.sweep import reference_of
     found = (chapters.pending if pending else chapters.runs)(chapter, gpus)
     jobs, refs = [], set()
     solo_keys = {c.key for name in SOLO_SERIES for c in items(found.get(name, [])) if isinstance(c, RunConfig) and c.gpus == 1}

@@ -144,7 +144,7 @@ def inputs_digest(src: Path, root: Path, parameters: dict) -> str:
     the library's source and the parameters."""
     import hashlib
 
-    from megalab.runs import running as results
+    from megalab.jobs import running as results
     store = results.default_root()
     data = [store, _root(root) / "results" / "probes"]
     files = [src, *sorted({f for base in data if base.is_dir() for f in base.rglob("*")

@@ -49,7 +49,7 @@ def predicted_largest(cfg: RunConfig, vary: str, gpu: str, step: int = 1, limit:
     """The largest value of `vary` (mbs, seq, layers or experts) that theory's memory model fits on `gpu`
     (searched up to `limit`, default 4096 steps)."""
     from megalab.theory import memory
-    from megalab.runs.sweep import with_value
+    from megalab.jobs.sweep import with_value
 
     best = 0
     for v in range(step, (limit or 4096 * step) + 1, step):
@@ -81,7 +81,7 @@ class Fit:
         return max(s, p - half), p + half
 
     def run(self, mode: str = "auto", **kw):
-        from megalab.runs.sweep import fit
+        from megalab.jobs.sweep import fit
         lo, hi = self.window
         return fit(self.cfg, self.vary, lo=lo, hi=hi, mode=mode, step=self.step, gpu=self.gpu, **kw)
 
@@ -92,12 +92,12 @@ class Fit:
 
 @dataclass(frozen=True)
 class Parity:
-    """The layout `cfg` against the single-GPU run of the same model and global batch (megalab.runs.sweep)."""
+    """The layout `cfg` against the single-GPU run of the same model and global batch (megalab.jobs.sweep)."""
 
     cfg: RunConfig
 
     def run(self, mode: str = "auto", **kw):
-        from megalab.runs.sweep import parity
+        from megalab.jobs.sweep import parity
         return parity(self.cfg, mode=mode, **kw)
 
     def plan_line(self, tag: str) -> str:
@@ -113,7 +113,7 @@ class Profiled:
     gpu: str | None = None
 
     def run(self, mode: str = "auto", **kw):
-        from megalab.runs.running import run
+        from megalab.jobs.running import run
         return run(self.cfg, mode=mode, profile=True, **({"gpu": self.gpu} if self.gpu else {}) | kw)
 
     def plan_line(self, tag: str) -> str:

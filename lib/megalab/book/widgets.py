@@ -169,7 +169,7 @@ class Planner(w.VBox):
     def run(self) -> None:
         """Measure this layout here when the GPUs are present, else show its recorded result."""
         import megalab
-        from megalab.runs.running import NotRecorded
+        from megalab.jobs.running import NotRecorded
         cfg = self.cfg
         self._log.clear_output()
         with self._log:

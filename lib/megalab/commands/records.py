@@ -23,7 +23,7 @@ def _listed(record: dict) -> dict:
 
 
 def cmd_results(ns) -> int:
-    from megalab.runs import running as results
+    from megalab.jobs import running as results
     if ns.store and not Path(ns.store).is_dir():
         raise BadArgument(f"--store {ns.store}: no such folder: pass a results folder (one holding runs.jsonl)")
     store = results.Store(ns.store)
@@ -91,7 +91,7 @@ def cmd_reproduce(ns) -> int:
 
 
 def cmd_bench(ns) -> int:
-    from megalab.machine import bench
+    from megalab.jobs import bench
     try:
         return int(bench.main(ns.args) or 0)
     except SystemExit as e:  # its own parser: --help (0) or a usage error (2)

@@ -13,7 +13,7 @@ def cmd_run(ns) -> int:
     _check_nodes(cfg, ns)
     if ns.dry_run:
         return _dry_run(cfg, ns)
-    from megalab.runs.running import run
+    from megalab.jobs.running import run
     launch_kw = {}
     if ns.nnodes > 1:
         launch_kw.update(nnodes=ns.nnodes, node_rank=ns.node_rank, rdzv_endpoint=ns.rdzv_endpoint)
@@ -23,9 +23,9 @@ def cmd_run(ns) -> int:
 
 
 def cmd_peer(ns) -> int:
-    """The same configuration trained by Megatron-LM's pretrain_gpt.py (megalab.runs.peer), recorded tagged "peer"."""
-    from megalab.runs import peer
-    from megalab.runs.running import run
+    """The same configuration trained by Megatron-LM's pretrain_gpt.py (megalab.jobs.peer), recorded tagged "peer"."""
+    from megalab.jobs import peer
+    from megalab.jobs.running import run
     cfg = peer.peer_config(validated_config(ns)).validate()
     if ns.mode != "cached":
         peer.source_dir(ns.megatron_lm)  # no checkout: say how to get one before anything starts
@@ -61,7 +61,7 @@ def _dry_run(cfg, ns) -> int:
     """The trainer with --dry-run on CPU (gloo): model shards built, parameters counted per rank. Over several
     nodes, node 0 keeps the record a live run would append (every node's machine under "nodes") in a store of
     its own, <run folder>/results: it measured nothing, so it never joins the book's store."""
-    from megalab.runs.launch import launch
+    from megalab.jobs.launch import launch
     nodes = dict(nnodes=ns.nnodes, node_rank=ns.node_rank, rdzv_endpoint=ns.rdzv_endpoint) if ns.nnodes > 1 else {}
     outcome = launch(cfg, timeout_s=ns.timeout, progress=False, dry_run=True, **nodes)
     parsed = outcome.parsed
@@ -101,7 +101,7 @@ def _keep_dry_record(cfg, outcome, ns):
 
 
 def cmd_fit(ns) -> int:
-    from megalab.runs.sweep import fit
+    from megalab.jobs.sweep import fit
     if ns.lo > ns.hi:
         raise BadArgument(f"--lo {ns.lo} is above --hi {ns.hi}: pass lo <= hi")
     out = fit(validated_config(ns), vary=ns.vary, lo=ns.lo, hi=ns.hi, mode=ns.mode, step=ns.step, timeout_s=ns.timeout,
@@ -112,7 +112,7 @@ def cmd_fit(ns) -> int:
 
 
 def cmd_parity(ns) -> int:
-    from megalab.runs.sweep import parity
+    from megalab.jobs.sweep import parity
     out = parity(validated_config(ns), mode=ns.mode, repeats=ns.repeats, timeout_s=ns.timeout, tags=ns.tag)
     print(out.series.to_string(index=False))
     print(repr(out))
@@ -120,7 +120,7 @@ def cmd_parity(ns) -> int:
 
 
 def cmd_slurm(ns) -> int:
-    from megalab.runs import slurm
+    from megalab.jobs import slurm
     print(slurm.script(validated_config(ns), ns.nodes, ns.gpus_per_node, partition=ns.partition, time=ns.time,
                        account=ns.account, cpu=ns.cpu), end="")
     return EXIT_OK

@@ -246,7 +246,7 @@ def calibrate(store=None, gpu: str = "H200", fixed: dict | None = None) -> Calib
     case). Raises NotRecorded when too few records qualify."""
     import numpy as np
     import pandas as pd
-    from megalab.runs.running import NotRecorded
+    from megalab.jobs.running import NotRecorded
     from megalab.records.store import as_store
     name = spec(gpu).name
     store = as_store(store)
@@ -276,7 +276,7 @@ def calibrate(store=None, gpu: str = "H200", fixed: dict | None = None) -> Calib
 def for_search(gpu: str = "H200", store=None) -> Calibration | None:
     """What `search.search(..., model=)` ranks with on GPU model `gpu`: the model calibrated on its
     records, or None (the roofline, which the ranking then says) when the store holds too few to fit."""
-    from megalab.runs.running import NotRecorded
+    from megalab.jobs.running import NotRecorded
     try:
         return calibrate(store, gpu)
     except NotRecorded:

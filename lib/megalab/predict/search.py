@@ -183,8 +183,8 @@ def _rates(gpu: str, dtype: str, gpus: int, store) -> tuple[float | None, float 
     """(matmul TFLOP/s, bus GB/s, where they come from): recorded on this GPU model when the store has
     them (the best square matmul; the large-message all-reduce over the most GPUs recorded, up to `gpus`),
     else None (step_time_estimate then takes the datasheet's dense peak and NVLink bandwidth)."""
-    from megalab.machine import bench
-    from megalab.runs.running import NotRecorded
+    from megalab.jobs import bench
+    from megalab.jobs.running import NotRecorded
     said = []
     try:
         tflops = bench.best_matmul_tflops(dtype, gpu=gpu, store=store)

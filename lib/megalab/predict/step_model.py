@@ -75,8 +75,8 @@ class Rates:
     def recorded(cls, gpu: str = "H200", store=None) -> Rates:
         """The best benched matmul and HBM copy and every NCCL point recorded on `gpu`, falling back to
         the datasheet for what the store lacks."""
-        from megalab.machine import bench
-        from megalab.runs.running import NotRecorded
+        from megalab.jobs import bench
+        from megalab.jobs.running import NotRecorded
         g = spec(gpu)
         rates = cls(g.name, {"bf16": g.peak_bf16_tflops, "fp8": g.peak_fp8_tflops or g.peak_bf16_tflops},
                     g.hbm_tbs * 1e12)

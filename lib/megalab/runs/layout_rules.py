@@ -72,7 +72,7 @@ def problems(cfg, gpus_available=None, te_available=None, gpu_name=None) -> list
         add(f"dropout={c.dropout} must be in [0, 1)")
     if not (math.isfinite(c.lr) and c.lr > 0):
         add(f"lr={c.lr} must be a positive, finite learning rate (e.g. 3e-4)")
-    if c.runner == "megatron-lm":  # what pretrain_gpt.py cannot be told (megalab.runs.peer maps the rest)
+    if c.runner == "megatron-lm":  # what pretrain_gpt.py cannot be told (megalab.jobs.peer maps the rest)
         if c.init != "megatron":
             add("the peer initialises weights its own way: set init='megatron' (megalab peer does)")
         if not c.compile:

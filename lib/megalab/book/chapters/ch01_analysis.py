@@ -19,7 +19,7 @@ def reduce_cost(cfgs, gpu: str = "H200"):
     over d GPUs) and 'all-reduce (ms)', their quotient."""
     import pandas as pd
     from megalab import theory
-    from megalab.machine.bench import best_bus_bandwidth
+    from megalab.jobs.bench import best_bus_bandwidth
     rows = []
     for c in cfgs:
         if c.dp > 1:

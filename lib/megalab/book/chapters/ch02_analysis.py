@@ -67,7 +67,7 @@ def predicted(cfgs, busbw: dict | None = None):
     import pandas as pd
 
     from megalab import theory
-    from megalab.machine import bench
+    from megalab.jobs import bench
 
     rows = []
     for c in cfgs:
@@ -325,7 +325,7 @@ def runs_table(g):
 
 
 def parity_curves(parities) -> dict:
-    """{name: curve} of ParityResults (megalab.runs.sweep.parity) for charts.loss_parity, named in
+    """{name: curve} of ParityResults (megalab.jobs.sweep.parity) for charts.loss_parity, named in
     words: the one-GPU reference once ("1 GPU"), then each layout ("TP 2"); a curve measured here
     keeps " (yours)"."""
     out = {}

@@ -202,7 +202,7 @@ def pending(gpus: int = 2, iters: int = ITERS) -> dict:
     if gpus in CHOSEN:
         return _frozen([name for name in CHOSEN[gpus] if name not in RECORDED_CASES.get(gpus, ())], gpus, iters)
     from megalab.predict import calibration
-    from megalab.runs.running import NotRecorded
+    from megalab.jobs.running import NotRecorded
     try:
         model = calibration.calibrate(gpu="H200")
     except NotRecorded:

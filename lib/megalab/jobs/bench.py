@@ -1,7 +1,7 @@
 """Know your machine: the ceilings every later number is measured against.
 
     megalab bench --gpus 4                 # matmul, HBM copy, kernel launch, NCCL collectives on 2 and 4 GPUs
-    python -m megalab.machine.bench --gpus 4       # the same
+    python -m megalab.jobs.bench --gpus 4       # the same
     megalab bench --only launch            # one benchmark (matmul, hbm, launch or nccl)
 
 Measures, on the GPUs of this host, and appends one record per point to ``results/bench.jsonl``:
@@ -189,7 +189,7 @@ def load(kind: str | None = None, store=None, gpu: str | None = None):
     one GPU model's ("H200" matches "NVIDIA H200"): the store holds several hosts' benches, and an H100's
     point must not stand in for an H200's."""
     import pandas as pd
-    from megalab.runs import running as results
+    from megalab.jobs import running as results
     recs = (store or results.Store()).load("bench")
     df = pd.DataFrame(recs)
     if df.empty:
@@ -219,7 +219,7 @@ def best_bus_bandwidth(op: str = "all_reduce", gpus: int = 4, size_bytes: float 
     df = load("nccl", store=store, gpu=gpu)
     rows = df[(df["op"] == op) & (df["gpus"] == gpus)]
     if rows.empty:
-        from megalab.runs.running import NotRecorded
+        from megalab.jobs.running import NotRecorded
         on = f" on {gpu}" if gpu else ""
         raise NotRecorded(f"no NCCL {op} record over {gpus} GPUs{on}: run `megalab bench --gpus {gpus}` on that host")
     if size_bytes is not None:
@@ -234,7 +234,7 @@ def best_matmul_tflops(dtype: str = "bf16", gpu: str | None = None, store=None) 
     df = load("matmul", store=store, gpu=gpu)
     rows = df[df["dtype"] == dtype]
     if rows.empty:
-        from megalab.runs.running import NotRecorded
+        from megalab.jobs.running import NotRecorded
         on = f" on {gpu}" if gpu else ""
         raise NotRecorded(f"no {dtype} matmul record{on}: run `megalab bench` on that host")
     return float(rows["tflops"].max())
@@ -245,7 +245,7 @@ def launch_overhead(gpu: str | None = None, store=None) -> dict:
     eager_kernel_wall_us, graph_kernel_wall_us, and its host (env.host)."""
     df = load("launch", store=store, gpu=gpu)
     if df.empty:
-        from megalab.runs.running import NotRecorded
+        from megalab.jobs.running import NotRecorded
         on = f" on {gpu}" if gpu else ""
         raise NotRecorded(f"no launch benchmark{on}: run `megalab bench --only launch` on that host")
     row = df.sort_values("recorded_at").iloc[-1]
@@ -274,7 +274,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if os.environ.get(WORKER) != "1":  # not under our torchrun yet (a LOCAL_RANK may be inherited): relaunch
         from megalab.machine.env import git_commit, local_gpus
-        from megalab.runs.launch import NotEnoughGPUs, child_env
+        from megalab.jobs.launch import NotEnoughGPUs, child_env
         git_commit()  # a $MEGALAB_COMMIT that is no commit name: said before anything is measured
         have = local_gpus()[1]
         one = set(args.only or BENCHES) <= {"matmul", "hbm", "launch"}   # one GPU's benchmarks only
@@ -285,11 +285,11 @@ def main(argv=None) -> int:
         if gpus > have:
             raise NotEnoughGPUs(f"--gpus {gpus}: this machine has {have} GPU(s): pass --gpus {have} or fewer")
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={gpus}",
-               "-m", "megalab.machine.bench", f"--gpus={gpus}", *(f"--only={b}" for b in args.only or ())]
+               "-m", "megalab.jobs.bench", f"--gpus={gpus}", *(f"--only={b}" for b in args.only or ())]
         return subprocess.call(cmd, env={**child_env(), WORKER: "1"})
     rows = _measure(args)
     if int(os.environ.get("RANK", 0)) == 0:
-        from megalab.runs import running as results
+        from megalab.jobs import running as results
         store = results.Store()
         for rec in _record(rows):
             store.append(rec)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from megalab.runs.launch import FORCED_ENV, RDZV_PORT
+from megalab.jobs.launch import FORCED_ENV, RDZV_PORT
 
 GRACE_S = 60  # the run stops this long before the job's limit, so node 0 records it before Slurm kills it
 # Slurm's time limits: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S

@@ -98,7 +98,7 @@ def fit(cfg, vary: str = "mbs", lo: int = 1, hi: int = 64, mode: str = "auto", s
     and the smallest above it that did not bracket the answer, so only what lies between is probed (and
     a window that moved, because theory's prediction improved, still finds the probes recorded before).
     """
-    from megalab.runs.running import run
+    from megalab.jobs.running import run
 
     step = step or _step(cfg, vary)
     values = range(-(-lo // step) * step, hi + 1, step)  # the multiples of step in [lo, hi], never listed whole
@@ -150,7 +150,7 @@ def _recorded_probes(cfg, vary: str, values: list[int], store=None, gpu: str | N
     GPU model `gpu` when given (an 80 GB card's probes say nothing about a 141 GB one): what fit() starts
     from."""
     from megalab.runs.config import InvalidLayout
-    from megalab.runs.running import NotRecorded, run
+    from megalab.jobs.running import NotRecorded, run
     known = {}
     for v in values:
         try:
@@ -249,7 +249,7 @@ def parity(cfg, reference_cfg=None, mode: str = "auto", repeats: int = 2, store=
     """
     import pandas as pd
 
-    from megalab.runs.running import run
+    from megalab.jobs.running import run
 
     ref_cfg = reference_cfg or reference_of(cfg)
     refs, seen = [], []

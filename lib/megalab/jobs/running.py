@@ -116,7 +116,7 @@ def _predict(cfg, gpu_name: str | None) -> dict:
 
 
 def _live(cfg, store: Store, tags, timeout_s, progress, launch_kw=None) -> Result:
-    from megalab.runs import launch
+    from megalab.jobs import launch
     from megalab.machine.env import git_commit
 
     launch_kw = launch_kw or {}
@@ -124,7 +124,7 @@ def _live(cfg, store: Store, tags, timeout_s, progress, launch_kw=None) -> Resul
     outcome = launch.launch(cfg, timeout_s=timeout_s, progress=progress, **launch_kw)
     env = (outcome.parsed.summary or {}).get("env") if outcome.parsed else None
     if cfg.runner == "megatron-lm":  # the peer prints no environment: this process fingerprints the host
-        from megalab.runs import peer
+        from megalab.jobs import peer
         from megalab.machine.env import fingerprint
         where = peer.source_dir(launch_kw.get("peer_dir"))
         env = {**fingerprint(), "runner": f"Megatron-LM pretrain_gpt.py ({peer.release(where)})"}

@@ -118,8 +118,8 @@ def torchrun_command(cfg, run_dir, nnodes: int = 1, node_rank: int = 0, rdzv_end
             rdzv_endpoint = f"{rdzv_endpoint}:{RDZV_PORT}"
         cmd += [f"--nnodes={nnodes}", f"--nproc_per_node={nproc_per_node}", f"--node-rank={node_rank}",
                 "--rdzv-backend=static", f"--rdzv-endpoint={rdzv_endpoint}", f"--rdzv-id={rdzv_id or cfg.key}"]
-    if cfg.runner == "megatron-lm":  # the peer: Megatron-LM's own script (megalab.runs.peer)
-        from megalab.runs import peer
+    if cfg.runner == "megatron-lm":  # the peer: Megatron-LM's own script (megalab.jobs.peer)
+        from megalab.jobs import peer
         profile = peer.profile_args(run_dir) if "--profile" in extra else []  # the one trainer flag it takes
         return cmd + [str(peer.source_dir(peer_dir) / "pretrain_gpt.py"), *peer.args(cfg), *profile]
     return cmd + ["-m", "megalab.train", *_config_args(cfg), "--run-dir", str(run_dir), *extra]
@@ -295,7 +295,7 @@ def launch(cfg, runs_root=None, timeout_s: float = DEFAULT_TIMEOUT_S, progress: 
                            nproc_per_node=nproc_per_node, extra=extra, peer_dir=peer_dir)
     first = LIB_DIR
     if cfg.runner == "megatron-lm":  # its megatron package (training + core of the same release) first
-        from megalab.runs import peer
+        from megalab.jobs import peer
         first = peer.source_dir(peer_dir)
         env = {**peer.environment(cfg), **(env or {})}
     (run_dir / "config.json").write_text(cfg.to_json() + "\n")
@@ -356,7 +356,7 @@ def launch(cfg, runs_root=None, timeout_s: float = DEFAULT_TIMEOUT_S, progress: 
     text = (run_dir / "log.txt").read_text(encoding="utf-8")
     parsed = metrics.parse_log(text)
     if cfg.runner == "megatron-lm":
-        from megalab.runs import peer
+        from megalab.jobs import peer
         from megalab.machine.env import local_peak_tflops
         parsed = peer.parse_log(text, cfg, local_peak_tflops(), launched_at)
         if "--profile" in extra:
