@@ -23,7 +23,7 @@ from pathlib import Path
 
 from megalab import metrics, theory
 from megalab.runs.axes import lm_flags
-from megalab.runs.config import hierarchical_cp
+from megalab.runs.config import hierarchical_cp, trainer_config  # noqa: F401  (trainer_config: handed on)
 from megalab.train import wiring
 
 RELEASE = "core_v0.16.1"  # the Megatron-LM tag of the pinned megatron-core
@@ -38,11 +38,6 @@ class PeerNotFound(FileNotFoundError):
 def peer_config(cfg):
     """The peer's twin of a trainer config: same everything, run by Megatron-LM with its own init."""
     return cfg.replace(runner="megatron-lm", init="megatron")
-
-
-def trainer_config(cfg):
-    """The trainer's twin of a peer config (layout-invariant init, the trainer's default)."""
-    return cfg.replace(runner="megalab", init="layout_invariant")
 
 
 def source_dir(path: str | os.PathLike | None = None) -> Path:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from megalab.records.store import (  # noqa: F401  (re-exported: results.Store, results.load, ...)
     BENCH,
+    NotRecorded,
     ERRATA,
     RUNS,
     Store,
@@ -37,10 +38,6 @@ from megalab.records.schema import is_repeat, is_warmup, label_of, make_record, 
 MODES = ("live", "cached", "auto")
 SOURCES = ("live", "cached", "reference")
 DEFAULT_TIMEOUT_S = 1800
-
-
-class NotRecorded(LookupError):
-    """No recorded result matches this configuration; the message gives the command that records it."""
 
 
 @dataclass

@@ -131,7 +131,7 @@ def gpu_busy(profile: dict) -> dict:
 def made_before(cfg, when: str, profiled: bool = False, store=None) -> dict:
     """The newest ok record of `cfg` recorded before `when` (ISO 8601 UTC, as records' recorded_at), e.g.
     the last one a trainer made before a change; profiled or not. NotRecorded if there is none."""
-    from megalab.jobs.running import NotRecorded
+    from megalab.records.store import NotRecorded
     from megalab.records.store import as_store
     for r in as_store(store).find(cfg, status="ok", profiled=profiled):   # newest first
         if (r.get("recorded_at") or "") < when:
@@ -143,7 +143,7 @@ def side_profiles(cfg, gpu_model: str, store=None) -> dict:
     """{"ours": record, "peer": record}: the newest profiled record of `cfg` (iterations and seed aside) by our
     trainer and by the peer (`megalab run|peer --profile`) on `gpu_model`, for each side that has one."""
     from megalab.runs.config import RunConfig
-    from megalab.jobs.peer import trainer_config
+    from megalab.runs.config import trainer_config
     from megalab.records.store import as_store, same_gpu_model
     loose = lambda c: c.replace(iters=1, seed=0).key   # noqa: E731  timings.loose_key: timings reads this module
     out = {}

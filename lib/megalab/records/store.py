@@ -50,6 +50,10 @@ class ImportRefused(ValueError):
     """A file to import is missing or holds records that do not fit the schema; nothing was imported."""
 
 
+class NotRecorded(LookupError):
+    """No recorded result matches this configuration; the message gives the command that records it."""
+
+
 class StoreUnusable(ValueError):
     """The results folder or one of its files cannot be used (missing, not a folder, not a regular file, a full
     disk); the message says what to change. Nothing was written."""

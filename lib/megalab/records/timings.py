@@ -70,7 +70,7 @@ def by_trainer(store, cfg, gpu_model: str) -> dict:
 def side_of(cfg) -> tuple[str, object]:
     """("ours", cfg) for our trainer's config, ("peer", our trainer's equivalent of it) for the peer's: the
     one configuration both sides of a side-by-side pair are keyed by."""
-    from megalab.jobs.peer import trainer_config
+    from megalab.runs.config import trainer_config
     return ("peer", trainer_config(cfg)) if cfg.runner != "megalab" else ("ours", cfg)
 
 
@@ -244,7 +244,7 @@ def group_runs(store, name: str, gpu_model: str) -> tuple[list, dict | None]:
     ("ch02.tp" or its tag "group.ch02.tp") on `gpu_model`: ok runs not retracted, from its newest recording
     (the host and commit of its newest record; earlier recordings are set aside). NotOneGroup if those runs
     are not one group (one_group); results.NotRecorded if the group has no run."""
-    from megalab.jobs.running import NotRecorded
+    from megalab.records.store import NotRecorded
     from megalab.records.store import as_store
     name = name.removeprefix("group.")
     found = sorted(((c, r) for c, r in as_store(store).runs_on(gpu_model, "ok") if name in _group_tags(r)),

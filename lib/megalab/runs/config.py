@@ -223,3 +223,9 @@ _ADDED_AFTER_RECORDS = ("compile", "runner", "cuda_graphs", "recompute_modules",
 # their defaults: what a record made before the field existed ran with (records.to_frame fills them in)
 ADDED_FIELD_DEFAULTS = {name: _DEFAULTS[name] for name in _ADDED_AFTER_RECORDS}
 _FIELD_NAMES = {f.name for f in _FIELDS}
+
+
+def trainer_config(cfg: RunConfig) -> RunConfig:
+    """The trainer's twin of a peer config (runner megatron-lm): layout-invariant init, the trainer's
+    default; megalab.jobs.peer hands it on."""
+    return cfg.replace(runner="megalab", init="layout_invariant")
