@@ -142,6 +142,42 @@ def test_freshness_follows_the_content_of_everything_a_page_reads(tmp_path, monk
     assert not reproduce.is_fresh(src, out, params, root)
 
 
+@pytest.mark.timeout(180)
+def test_ctrl_c_on_a_real_reproduce_prints_one_line_and_exits_130(tmp_path):
+    """The terminal's Ctrl-C (SIGINT to the whole foreground group) while a cell runs: the summary table on
+    stdout, one line on stderr besides the progress bar, no traceback (of megalab's, papermill's or the kernel's)."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import time
+    lib = Path(reproduce.__file__).parents[1]          # a checkout of its own: reproduce finds the book beside lib/
+    shutil.copytree(lib, tmp_path / "lib" / "megalab", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'fixture'\n")
+    (tmp_path / "results").mkdir()
+    started = tmp_path / "started"
+    _book(tmp_path, body=f"import pathlib, time\npathlib.Path({str(started)!r}).touch()\ntime.sleep(120)")
+    env = dict(os.environ, MEGALAB_RESULTS=str(tmp_path / "results"), PYTHONPATH=str(tmp_path / "lib"))
+    proc = subprocess.Popen([sys.executable, "-m", "megalab", "reproduce", "00"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not started.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert started.exists(), proc.communicate(timeout=10)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert "INTERRUPTED" in out and "Traceback" not in err and "Error" not in err, err
+    lines = err.replace("\r", "\n").splitlines()
+    said = [line for line in lines if line.strip() and not line.startswith("know:")]   # "know:" is the progress bar
+    assert said == ["megalab reproduce: interrupted; run the same command again to go on"], err
+    assert not reproduce.executed_path("book/00_know_your_machine/know.ipynb", tmp_path).exists()
+
+
 def test_glue_only_cells_are_bookkeeping():
     for code in ('glue("a", 1, display=False)', 'from myst_nb import glue\nglue("a", x)',
                  'for d in (2, 4):\n    glue(f"ms_{d}", ms[d], display=False)',

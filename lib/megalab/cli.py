@@ -238,11 +238,13 @@ def _guarded(command: str, func, ns) -> int:
         status = next((code for kinds, code in _errors() if isinstance(exc, kinds)), None)
         if status is None:
             raise
-        heading = _HEADINGS.get(type(exc).__name__)
-        if heading:  # one line per problem under a heading
+        heading, problems = _HEADINGS.get(type(exc).__name__), str(exc).splitlines()
+        if heading and len(problems) > 1:  # one line per problem under a heading
             print(f"megalab {command}: {heading}:", file=sys.stderr)
-            for line in str(exc).splitlines():
+            for line in problems:
                 print(f"  {line}", file=sys.stderr)
+        elif heading:
+            print(f"megalab {command}: {heading}: {str(exc).strip()}", file=sys.stderr)
         else:
             print(f"megalab {command}: {' '.join(str(exc).split())}", file=sys.stderr)
         return status

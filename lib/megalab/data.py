@@ -224,7 +224,10 @@ def prepare_data(input_jsonl: str, output_prefix: str, tokenizer: str = "byte", 
     Each document ends with the tokenizer's end-of-document token, as Megatron-LM's
     tools/preprocess_data.py --append-eod does. Returns the summary also written to PREFIX.json.
     """
-    from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder, get_bin_path, get_idx_path
+    import warnings
+    with warnings.catch_warnings():   # importing Megatron warns that its optimizers fall back: none is used here
+        warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
+        from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder, get_bin_path, get_idx_path
     if not Path(input_jsonl).is_file():
         raise BadCorpus(f"{input_jsonl}: no such file: pass a JSON Lines file with a {text_key!r} field per line")
     if tokenizer != "byte" and not Path(tokenizer).exists():

@@ -38,6 +38,8 @@ FILES = {
     "escape_error.jsonl": ("record", {"error": {"message": "\x1b[31mboom"}}),
     "escape_invalid.jsonl": ("record", {"status": "invalid", "config": {"name": "\x1b[2J"}}),
     "not_a_date.jsonl": ("record", {"recorded_at": "not a date"}),
+    "no_such_day.jsonl": ("record", {"recorded_at": "2026-02-30T12:00:00Z"}),
+    "from_the_future.jsonl": ("record", {"recorded_at": "2999-01-01T00:00:00Z"}),
     "no_gpu_name.jsonl": ("record", {"env": {"gpu_count": 4}}),
     "bench_no_env.jsonl": _BENCH + '"env": {}}\n',
     "bench_gpu_count.jsonl": _BENCH + '"env": {"gpu_name": "H200", "gpu_count": "many"}}\n',
@@ -75,7 +77,7 @@ BAD_INPUTS = [
     (["plan", "--json", "extra"], r"megalab plan: error: unrecognized arguments: extra"),
     (["plan", "--search", "--top", "0"], r"argument --top: 0 is too small"),
     (["plan", *TINY, "--top", "3"], r"--top 3 ranks the layouts of --search: add --search"),
-    (["plan", "--search", *TINY, "--gpus", "0"], r"invalid configuration:\n  gpus=0 must be at least 1"),
+    (["plan", "--search", *TINY, "--gpus", "0"], r"invalid configuration: gpus=0 must be at least 1"),
     # -- run ------------------------------------------------------------------------------------------
     (["run", *TINY, "--mode", "fast"], r"argument --mode: invalid choice: 'fast'"),
     (["run", *TINY, "--gpu", "H100"], r"unrecognized arguments: --gpu H100"),   # not an abbreviation of --gpus
@@ -214,6 +216,8 @@ BAD_INPUTS = [
     (["results", "--import", "{tmp}/escape_error.jsonl"], r"escape_error.jsonl:2: error.message holds a control"),
     (["results", "--import", "{tmp}/escape_invalid.jsonl"], r"escape_invalid.jsonl:2: config: name=.* cannot name"),
     (["results", "--import", "{tmp}/not_a_date.jsonl"], r"not_a_date.jsonl:2: recorded_at='not a date' is not a UTC"),
+    (["results", "--import", "{tmp}/no_such_day.jsonl"], r"no_such_day.jsonl:2: recorded_at='2026-02-30T.*' is not"),
+    (["results", "--import", "{tmp}/from_the_future.jsonl"], r"from_the_future.jsonl:2: .* is later than now"),
     (["results", "--import", "{tmp}/no_gpu_name.jsonl"], r"no_gpu_name.jsonl:2: env.gpu_name is missing"),
     (["results", "--import", "{tmp}/bench_no_env.jsonl"], r"bench_no_env.jsonl:1: env.gpu_name is missing"),
     (["results", "--import", "{tmp}/bench_gpu_count.jsonl"], r"bench_gpu_count.jsonl:1: env.gpu_count=\"many\""),

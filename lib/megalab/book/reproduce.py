@@ -127,7 +127,11 @@ def kernel_dir(root=None) -> Path:
     """Write (once) a `python3` kernelspec that runs this interpreter; returns the JUPYTER_PATH entry."""
     path = _root(root) / "_build" / "kernels"
     spec = path / "kernels" / KERNEL / "kernel.json"
-    body = {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+    # log level CRITICAL: the kernel's own log is noise to a reader (a TCP warning at start, and on Ctrl-C a
+    # ZMQError traceback: papermill interrupts, then asks for shutdown while the interrupted cell still replies);
+    # a cell's errors reach the notebook, not this log
+    body = {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}",
+                     "--IPKernelApp.log_level=CRITICAL"],
             "display_name": "Python 3 (megalab)", "language": "python"}
     if not spec.exists() or json.loads(spec.read_text()) != body:
         spec.parent.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,7 @@ import math
 import re
 import uuid
 from collections.abc import Iterable
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -283,7 +283,22 @@ def _measurement_problems(record: dict) -> list[str]:
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")           # what a terminal would act on: escape sequences, ...
 _CONTROL_IN_TEXT = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")   # the same, less tab and newline (a traceback)
 _TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|\+00:00)")   # UTC, as utc_now writes it
+FUTURE_SLACK = timedelta(days=1)   # clocks of the machines that record and import may differ this much
 _ENV_TYPES = {"gpu_count": int, "cpu_count": int, "gpu_mem_gib": (int, float)}   # the rest: text or null
+
+
+def _time_problem(at: str) -> str | None:
+    """Why `at` is no recording time: not UTC as utc_now writes it, no day of the calendar (2026-02-30), or
+    later than now (the newest record of its configuration stands for it: one from the future would forever)."""
+    try:
+        when = datetime.fromisoformat(at.replace("Z", "+00:00")) if _TIME.fullmatch(at) else None
+    except ValueError:
+        when = None
+    if when is None:
+        return "is not a UTC time like 2026-01-31T12:00:00Z"
+    if when > datetime.now(timezone.utc) + FUTURE_SLACK:
+        return "is later than now: a record is made when its run ends"
+    return None
 
 
 def _text_problems(record: dict) -> list[str]:
@@ -301,8 +316,8 @@ def _text_problems(record: dict) -> list[str]:
     out += [f"error.{k} holds a control character other than tab and newline: records hold printable text only"
             for k, v in error.items() if isinstance(v, str) and _CONTROL_IN_TEXT.search(v)]
     at = record.get("recorded_at")
-    if isinstance(at, str) and not _TIME.fullmatch(at):
-        out.append(f"recorded_at={at[:40]!r} is not a UTC time like 2026-01-31T12:00:00Z")
+    if isinstance(at, str):
+        out += [f"recorded_at={at[:40]!r} {p}" for p in [_time_problem(at)] if p]
     for name, want in _ENV_TYPES.items():
         v = env.get(name)
         if v is not None and (not isinstance(v, want) or isinstance(v, bool) or not 0 <= v < 2 ** 31):

@@ -9,7 +9,7 @@ or Ctrl-C stops the whole process group, and the ranks torchrun starts (each in 
 stopped by name: no orphaned rank keeps holding GPU memory. A SIGTERM to this process (`timeout`, `kill`,
 a scheduler's preemption) is forwarded the same way and the run is recorded as a timeout; if this process
 dies without a word (kill -9), the kernel sends torchrun SIGTERM (PR_SET_PDEATHSIG) and torchrun stops its
-ranks. A run that
+ranks; a torchrun killed with -9 takes its ranks with it the same way (megalab.train.parent). A run that
 fails (OOM, NCCL error, timeout, exception) returns a RunOutcome with that status: failures are
 results. Only a configuration that cannot start here raises, before anything is spawned.
 """
@@ -50,7 +50,6 @@ LIB_DIR = Path(__file__).resolve().parents[2]
 # what a torchrun sets for its ranks: inherited from a shell inside another run, they would mislead ours
 DISTRIBUTED_ENV = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
                    "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
-PR_SET_PDEATHSIG = 1   # prctl(2)
 
 
 class NotEnoughGPUs(RuntimeError):
@@ -247,19 +246,12 @@ def _kill_group(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
             pass
 
 
-def _die_with_parent() -> None:
-    """preexec_fn of torchrun: SIGTERM it when this process dies, even by kill -9 (torchrun then stops its ranks)."""
-    import ctypes
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):  # not Linux: the SIGTERM handler and the timeouts remain
-        pass
-
-
 def popen(cmd: list[str], env: dict) -> subprocess.Popen:
-    """Start torchrun in a session of its own, output piped, bound to die with this process."""
+    """Start torchrun in a session of its own, output piped, bound to die with this process (SIGTERM: torchrun
+    then stops its ranks; each rank also dies with torchrun, megalab.train.parent)."""
+    from megalab.train.parent import die_with_parent
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            env=env, start_new_session=True, preexec_fn=_die_with_parent)
+                            env=env, start_new_session=True, preexec_fn=die_with_parent)
 
 
 class _Terminated:

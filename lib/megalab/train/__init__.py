@@ -7,6 +7,7 @@
     probes       optional measurements hooked into the loop; stage_clock is one of them
     workarounds  upstream bugs patched by one call, each with its versions and when to delete it
     weights      the layout-invariant init
+    parent       each rank dies with its torchrun (PR_SET_PDEATHSIG), even one killed with -9
 
 Importing the package starts neither torch nor CUDA.
 """

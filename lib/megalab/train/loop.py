@@ -17,7 +17,8 @@ of the last pipeline stage reaches it in the per-step max-reduction). Errors are
 
 This file is the run: flags, process groups, model, data, loss, loop. Beside it: `wiring` (RunConfig
 -> Megatron's objects), `log` (the lines written), `probes` (optional measurements, hooked into the
-loop), `workarounds` (upstream bugs, patched by one call), `weights` (the layout-invariant init).
+loop), `workarounds` (upstream bugs, patched by one call), `weights` (the layout-invariant init), `parent` (each rank
+dies with its torchrun).
 
 Every layout trains the same model on the same batches (--init layout_invariant, the default):
 weights drawn per global parameter name (megalab.train.weights), data per global sample number
@@ -40,6 +41,7 @@ from megalab.train import probes as measure
 from megalab.train import workarounds
 from megalab.train.log import (GIB, all_gather, budget, emit, is_oom, max_over_ranks, emit_nodes, peak_tflops, reduced_loss,
                                step_line, summary_line, where)
+from megalab.train.parent import die_with_parent
 from megalab.train.weights import init_layout_invariant
 from megalab.train.wiring import build_training, environment, megatron_configs, wire_schedule, with_wgrad_fusion
 
@@ -181,6 +183,7 @@ def forward_step_func(data_iterator, model, probes=measure.Probe()):
 # -- main -----------------------------------------------------------------------------------------
 def main(argv=None, probes: list | None = None) -> None:
     """Run the trainer; `probes` adds measurements to the trainer's own (megalab.train.probes)."""
+    die_with_parent()  # SIGTERM when torchrun dies, even by kill -9: no orphaned rank keeps its GPU
     faulthandler.enable()  # a crash in native code (SIGSEGV) prints every thread's Python stack to the log
     args = parse_args(argv)
     rank = int(os.environ.get("RANK", "0"))
