@@ -57,19 +57,66 @@ def test_plan_orders_baselines_first_and_parity_after_its_references(tmp_path):
     assert len(lines) - lines.count("wait") - 1 == len(set(lines) - {"wait"})  # only the reference repeats
 
 
-def test_missing_plan_is_empty_when_everything_is_recorded(tmp_path):
-    """--missing drops what the store answers; the committed results answer every current chapter's runs
-    (a comparison group's lines stay until its records are imported: each group whole, or not at all)."""
-    for chapter in ("ch02", "ch01"):
-        found = chapters.runs(chapter, 4)
-        missing = recording.plan(chapter, missing_only=True)
-        assert missing == [line for g in specs.groups(found) if not recording.is_recorded(g) for line in g.plan_lines()]
-    assert recording.plan("ch01", missing_only=True, store=Store(tmp_path))  # an empty store answers nothing
+GPU_COUNTS = (1, 2, 4, 8)
 
 
-def test_nothing_pending_and_the_80gb_fit_belongs_to_the_h100_plan():
-    """Queued runs were recorded and moved into the chapters; the H100 fit is planned for H100 hosts only."""
-    assert recording.plan("ch01", pending=True) == [] and recording.plan("ch02", pending=True) == []
+def _gpu_models(found) -> list:
+    """The GPU models a chapter's runs are planned on (a fit sized for an H100 belongs to H100 hosts)."""
+    return sorted({getattr(i, "gpu", None) or "H200" for i in [*specs.items(found), *specs.groups(found)]})
+
+
+def _keys(found) -> set:
+    """(kind, key): a fit, a parity pair or a profiled run shares its configuration's key, not its records."""
+    return {(type(i).__name__, (i if isinstance(i, RunConfig) else i.cfg).key) for i in specs.items(found)}
+
+
+def _notebook_gpus(chapter: str) -> int:
+    """The GPU count a chapter's notebook reads its runs at (`gpus` in its parameters cell)."""
+    import re
+    (folder,) = (Path(__file__).parents[1] / "book").glob(f"{chapter[2:]}_*/")
+    notebook = folder / f"{folder.name[3:]}.ipynb"      # book/NN_<topic>/<topic>.ipynb, the chapter's page
+    return int(re.search(r"gpus: int = (\d+)", notebook.read_text()).group(1))
+
+
+def _read_at() -> list:
+    """(chapter, gpus): every GPU count where a chapter splits its runs into read and queued (`pending`);
+    otherwise the count its notebook reads (a chapter without `pending` plans more GPUs than it has records)."""
+    return [(key, gpus) for key, module in chapters.CHAPTERS.items()
+            for gpus in (GPU_COUNTS if hasattr(module, "pending") else (_notebook_gpus(key),))]
+
+
+def _subsequence(part: list, whole: list) -> bool:
+    rest = iter(whole)
+    return all(line in rest for line in part)
+
+
+@pytest.mark.parametrize("chapter, gpus", _read_at())
+def test_the_store_answers_every_run_the_chapter_reads(chapter, gpus):
+    """What a notebook reads (`chapters.runs`) is recorded: the plan printed with --missing is the chapter's
+    plan less what the store answers, and that leaves only the comparison groups whose records are not
+    imported yet (each group whole, or not at all), on every GPU model the chapter plans for."""
+    found = chapters.runs(chapter, gpus)
+    for gpu in _gpu_models(found):
+        missing = recording.plan(chapter, gpus, gpu, missing_only=True)
+        assert _subsequence(missing, recording.plan(chapter, gpus, gpu))
+        waiting = [line for g in specs.groups(found) if (getattr(g, "gpu", None) or "H200") == gpu
+                   and not recording.is_recorded(g) for line in g.plan_lines()]
+        assert missing == waiting, (chapter, gpus, gpu)
+
+
+@pytest.mark.parametrize("gpus", GPU_COUNTS)
+@pytest.mark.parametrize("chapter", list(chapters.CHAPTERS))
+def test_pending_is_the_plan_less_what_is_recorded(chapter, gpus):
+    """What a chapter queues (`chapters.pending`) is what the store does not answer yet: none of it is read by
+    the notebook, and none of it is recorded (a run whose records are imported moves into `runs`)."""
+    queued = chapters.pending(chapter, gpus)
+    assert not _keys(queued) & _keys(chapters.runs(chapter, gpus))
+    answered = [i for i in [*specs.items(queued), *specs.groups(queued)] if recording.is_recorded(i)]
+    assert answered == [], (chapter, gpus)
+
+
+def test_the_80gb_fit_belongs_to_the_h100_plan():
+    """The H100 fit is planned for H100 hosts only."""
     h100 = recording.plan("ch01", gpu="H100")
     assert h100 and all(" fit " in f" {line} " for line in h100)
     assert "--lo 19 --hi 23" in h100[0]                       # a window around theory's 21 on 80 GB
@@ -123,7 +170,7 @@ def test_an_unknown_chapter_names_the_valid_ones():
 
 def test_runs_by_name_are_the_chapter_modules_runs():
     assert chapters.runs("02", 2) == chapters.tensor_parallel(2)
-    assert chapters.pending("ch01") == {}
+    assert chapters.pending("ch01") == {}   # a chapter module without `pending` queues nothing
 
 
 def test_every_chapter_module_is_small_and_defines_runs_only():

@@ -77,9 +77,9 @@ def test_the_ratios_spread_always_holds_the_ratio(tmp_path):
     assert abs(row["ratio"] - 1.0) < 1e-9 and row["ratio_lo"] <= 1.0 <= row["ratio_hi"]
 
 
-def test_side_by_side_by_lease_keeps_each_lease_apart(tmp_path):
-    """Two leases (plans at two commits) on two hosts of one GPU model: pooled, a configuration's sides mix the
-    hosts; by_lease, each lease is a row of its own, labelled with its commit, its ratio from its own runs."""
+def test_side_by_side_by_sitting_keeps_each_sitting_apart(tmp_path):
+    """Two sittings (plans at two commits) on two hosts of one GPU model: pooled, a configuration's sides mix the
+    hosts; by_sitting, each sitting is a row of its own, labelled with its commit, its ratio from its own runs."""
     store, peer = Store(tmp_path), CFG.replace(runner="megatron-lm", init="megatron")
     for commit, day, ours, theirs in (("a" * 40, "01", 0.30, 0.25), ("b" * 40, "02", 0.50, 0.60)):
         after_midnight = f"2030-01-{int(day) + 1:02d}T00:00:00Z"             # the peer's run passes midnight
@@ -88,26 +88,26 @@ def test_side_by_side_by_lease_keeps_each_lease_apart(tmp_path):
             rec["git_commit"] = commit
             store.append(rec)
     pooled = timings.side_by_side(store, "H100", 2)
-    assert len(pooled) == 1 and pooled.iloc[0]["lease"] == "aaaaaaa, 2030-01-01; bbbbbbb, 2030-01-02"
-    df = timings.side_by_side(store, "H100", 2, by_lease=True)
+    assert len(pooled) == 1 and pooled.iloc[0]["sitting"] == "aaaaaaa, 2030-01-01; bbbbbbb, 2030-01-02"
+    df = timings.side_by_side(store, "H100", 2, by_sitting=True)
     assert list(df.index) == [f"{CFG.label} @ aaaaaaa", f"{CFG.label} @ bbbbbbb"]
     assert [round(r, 3) for r in df["ratio"]] == [1.2, 0.833] and list(df["ours_runs"]) == [1, 1]
-    assert list(df["lease"]) == ["aaaaaaa, 2030-01-01", "bbbbbbb, 2030-01-02"]
-    assert list(df["lease_at"]) == ["2030-01-01T23:00:00Z", "2030-01-02T23:00:00Z"]   # each lease's first record
+    assert list(df["sitting"]) == ["aaaaaaa, 2030-01-01", "bbbbbbb, 2030-01-02"]
+    assert list(df["sitting_at"]) == ["2030-01-01T23:00:00Z", "2030-01-02T23:00:00Z"]   # each sitting's first record
 
 
-def test_leases_of_one_day_keep_the_order_they_ran(tmp_path):
-    """Two leases on one day: `lease_at` (each one's first record) orders them, not the date in their names."""
+def test_sittings_of_one_day_keep_the_order_they_ran(tmp_path):
+    """Two sittings on one day: `sitting_at` (each one's first record) orders them, not the date in their names."""
     store, peer = Store(tmp_path), CFG.replace(runner="megatron-lm", init="megatron")
-    for commit, hour in (("b" * 40, "09"), ("a" * 40, "21")):   # the later lease has the smaller commit
+    for commit, hour in (("b" * 40, "09"), ("a" * 40, "21")):   # the later sitting has the smaller commit
         for cfg in (CFG, peer):
             rec = _timed(cfg, [9, 9, 9, 0.3, 0.3], at=f"2030-01-01T{hour}:00:00Z")
             rec["git_commit"] = commit
             store.append(rec)
     pooled = timings.side_by_side(store, "H100", 2).iloc[0]
-    assert pooled["lease"] == "bbbbbbb, 2030-01-01; aaaaaaa, 2030-01-01" and pooled["lease_at"] == "2030-01-01T21:00:00Z"
-    df = timings.side_by_side(store, "H100", 2, by_lease=True)
-    assert df.loc[df["lease_at"].idxmax(), "lease"] == "aaaaaaa, 2030-01-01"
+    assert pooled["sitting"] == "bbbbbbb, 2030-01-01; aaaaaaa, 2030-01-01" and pooled["sitting_at"] == "2030-01-01T21:00:00Z"
+    df = timings.side_by_side(store, "H100", 2, by_sitting=True)
+    assert df.loc[df["sitting_at"].idxmax(), "sitting"] == "aaaaaaa, 2030-01-01"
 
 
 def test_graph_call_reads_the_newest_call_in_the_order_it_ran(tmp_path):

@@ -68,7 +68,7 @@ def ratio_bars(df, x: str, ratio: str = "ratio", lo: str = "ratio_lo", hi: str =
                group: str | None = None) -> go.Figure:
     """One bar per row: `ratio` (e.g. our step time over the peer's) with an error bar from `lo` to `hi`, and
     a dashed line at 1 (`parity_name`). Bars above 1 are drawn in the second colour: there, we are behind.
-    With `group` (e.g. the lease a pair of runs came from), the rows of each group value are a trace of their
+    With `group` (e.g. the host sitting a pair of runs came from), the rows of each group value are a trace of their
     own, side by side under each `x`, one colour per group; bars above 1 are then hatched."""
     fig = _figure(title or f"{ratio} by {x}", xaxis_title=x, yaxis_title=y_title or ratio, xaxis_type="category",
                   **({"barmode": "group"} if group else {}))

@@ -187,7 +187,7 @@ def _record(rows: list[dict]) -> list[dict]:
 def load(kind: str | None = None, store=None, gpu: str | None = None):
     """Bench records as a DataFrame (one row per point); ``kind`` filters on matmul / hbm / nccl, ``gpu`` keeps
     one GPU model's ("H200" matches "NVIDIA H200"): the store holds several hosts' benches, and an H100's
-    point must not stand in for an H200's (session 21's 2xH100 bench did, in chapter 00, until this)."""
+    point must not stand in for an H200's."""
     import pandas as pd
     from megalab.runs import running as results
     recs = (store or results.Store()).load("bench")

@@ -8,7 +8,7 @@
     >>> search.search(presets.get("gpt-8.3b"), 2, gbs=32, seq=2048, model=cal)
 
 Records (`usable_records`): status ok, not retracted (the store's errata), not profiled (the profiler
-slows steps), not packed beside other runs (they shared the host), not a lease's warm-up run (timings' clean
+slows steps), not packed beside other runs (they shared the host), not a warm-up run (timings' clean
 timings: the first run on a fresh host is slow), compiled, Transformer Engine layers
 (the local spec's unfused attention is a different kernel set, which none of the constants describes),
 without CUDA graphs (a graph replays a layer's kernels with one launch: the host floor, host_layer, is gone),
@@ -18,7 +18,7 @@ kept out:
 - repeats made for another comparison (records.REPEAT_TAGS: chapter 03's back-to-back spread, the CUDA-graph
   pairs): the configuration's own record, the one its chapter reads, counts;
 - multi-GPU runs of a second host of the same GPU model (`reference_link`: the link its probe reported
-  differs from the one most multi-GPU records report). host_layer is one host's constant: session 15's
+  differs from the one most multi-GPU records report). host_layer is one host's constant: a second
   2×H200 host (probe: "none", 32 CPU cores against 64) ran gpt-1.2b at CP 2 and 8k tokens in 448 ms,
   where the 4×H200 host that made most records ran it in 202 ms.
 

@@ -25,7 +25,7 @@ def _routing(record: dict) -> dict:
     data = (record or {}).get("routing")
     if not data or not data.get("tokens_per_expert"):
         raise NoRouting(f"record {record.get('label', '?')!r} kept no routing counts: an MoE run recorded by a "
-                        f"trainer from session 12 on (commit 18116e0) has them; re-run it")
+                        f"trainer that counts tokens per expert (megalab.train.probes) has them; re-run it")
     return data
 
 

@@ -28,7 +28,7 @@ SUMMARY_FIELDS = ("step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "mem_a
                   "mem_reserved_peak_gib", "act_gib", "loss_first", "loss_last", "startup_s", "steps")
 ENV_FIELDS = ("gpu_name", "gpu_count", "gpu_mem_gib", "interconnect", "driver", "cuda", "torch",
               "megatron_core", "transformer_engine", "python", "hostname",
-              "cpu_count")  # from session 15: two hosts of one GPU model launched kernels 2.2x apart, 32 CPUs against 64
+              "cpu_count")  # two hosts of one GPU model launched kernels 2.2x apart, 32 CPUs against 64
 
 
 REPEAT_TAGS = ("spread", "graphs")  # repeats of a configuration made for another comparison (back-to-back runs of
@@ -37,7 +37,7 @@ REPEAT_TAGS = ("spread", "graphs")  # repeats of a configuration made for anothe
 
 
 WARMUP_TAG = "warmup"  # a plan's first run on a fresh host (tools/gpu/pack.py's `warmup!` line): it warms the host (the
-                      # first run of a lease measured ~30% slow), so its step time is no timing
+                      # first run on a fresh host measured ~30% slow), so its step time is no timing
 
 
 def is_repeat(record: dict) -> bool:
@@ -46,11 +46,12 @@ def is_repeat(record: dict) -> bool:
 
 
 def is_warmup(record: dict) -> bool:
-    """Whether a record is a lease's warm-up run (WARMUP_TAG): trained, but not a timing."""
+    """Whether a record is a fresh host's warm-up run (WARMUP_TAG): trained, but not a timing."""
     return WARMUP_TAG in (record.get("tags") or ())
 
 # Changes to the trainer that change how long a step takes: (UTC time it landed, commit, what changed).
-# A record made before a change comes from an older trainer; timings compare only within one revision.
+# A record made before a change comes from an older trainer; timings compare only within one revision. The time
+# and commit select records (a record keeps when and at which commit it was made), so they stay as recorded.
 TRAINER_CHANGES = (
     ("2026-11-25T04:02:15Z", "70bfd18", "Transformer Engine's linears accumulate wgrad into main_grad; MoE "
      "permute and router fusion, CUTLASS grouped GEMM"),
@@ -79,8 +80,8 @@ def _flatten(d: dict, prefix: str) -> list[tuple[str, Any]]:
 
 def trained(record: dict) -> bool:
     """The run trained every step it was set: status ok, or a timeout after the trainer's summary line (the
-    launcher then stopped ranks that hung at exit; since EXIT_GRACE_S it keeps such a run as ok itself:
-    session 18's two CUDA-graph captures ran their 20 steps and hung until the time limit)."""
+    launcher then stopped ranks that hung at exit; with EXIT_GRACE_S it keeps such a run as ok itself: CUDA-graph
+    captures have trained every step and then hung until the time limit)."""
     summary, config = record.get("summary") or {}, record.get("config") or {}
     if record.get("status") == "ok":
         return True

@@ -10,8 +10,8 @@ the trainer that made them (records.TRAINER_CHANGES).
     timings.one_group(records)               # the group the records form, or NotOneGroup with the reason
 
 A clean timing is an ok run on that GPU model, not retracted (errata), not profiled (slower steps), not
-packed beside other jobs on its host, not a lease's warm-up run (records.WARMUP_TAG: the first run on a fresh host
-is slow; before session 23 the newest warm-up stood for chapter 02's configuration), with a config that loads.
+packed beside other jobs on its host, not a warm-up run (records.WARMUP_TAG: the first run on a fresh host
+is slow, so it is made to be thrown away; older warm-ups ran chapter 02's configuration), with a config that loads.
 What the layout search marks as measured, what the step-time calibration fits on, and what the book counts as
 repeats of one configuration. `store`
 is a Store, a folder, or None for the default results store.
@@ -82,7 +82,7 @@ def _steps_ms(record) -> list[float]:
     return [1e3 * t for _, t in kept]
 
 
-def side_by_side(store, gpu_model: str, gpus: int, by_lease: bool = False):
+def side_by_side(store, gpu_model: str, gpus: int, by_sitting: bool = False):
     """Our trainer against the peer (Megatron-LM's pretrain_gpt.py, megalab.runs.peer) on `gpus` GPUs of one host,
     timed alternately (records tagged `side`): a DataFrame, one row per configuration (iterations and seed
     aside) that both sides ran, named by the trainer's label. Our runs count from the newest trainer
@@ -91,42 +91,43 @@ def side_by_side(store, gpu_model: str, gpus: int, by_lease: bool = False):
     quartiles of all its runs' steps after warm-up (the step-to-step spread, and the run-to-run spread where
     there are repeats); `ours_runs` / `peer_runs`. Then `ratio` = ours / peer and its spread, `ratio_lo` (our
     q1 over their q3) to `ratio_hi` (our q3 over their q1), widened where needed to hold `ratio`; `ours_mfu` /
-    `peer_mfu` at the medians, against `gpu_model`'s dense bf16 peak; `cfg`, the trainer's RunConfig; `lease`,
-    the commit (short) and date of the plan the runs came from, joined where several leases pooled, oldest first;
-    and `lease_at`, when the newest of them began (its first record): leases of one day in the order they ran.
-    A step time does not travel between hosts (session 21's two H100s ran CP 2 at 8k 1.3x as long as session
-    14's): with `by_lease`, a lease (the commit a plan ran at) is a group of its own, one row per configuration
-    and lease, labelled "<label> @ <commit>", so each ratio comes from runs that alternated on one host."""
+    `peer_mfu` at the medians, against `gpu_model`'s dense bf16 peak; `cfg`, the trainer's RunConfig; `sitting`,
+    the commit (short) and date of the plan the runs came from (one host's sitting), joined where several
+    sittings pooled, oldest first; and `sitting_at`, when the newest of them began (its first record): sittings
+    of one day in the order they ran. A step time does not travel between hosts (two H100 hosts ran CP 2 at 8k
+    1.3x apart): with `by_sitting`, a sitting (the commit a plan ran at) is a group of its own, one row per
+    configuration and sitting, labelled "<label> @ <commit>", so each ratio comes from runs that alternated on
+    one host."""
     import numpy as np
     import pandas as pd
     from megalab import theory
     from megalab.records.schema import trainer_revision
-    rows, leases = [], {}   # leases: commit -> ("commit, date", time of its first record): one name past midnight
+    rows, sittings = [], {}   # sittings: commit -> ("commit, date", time of its first record): one name past midnight
     for cfg, r in _clean(store, gpu_model):
         if "side" in (r.get("tags") or []) and cfg.gpus == gpus:
             who, ours = side_of(cfg)
             commit = (r.get("git_commit") or "?")[:7]
             at = r.get("recorded_at") or ""
-            lease = leases.setdefault(commit, (f"{commit}, {at[:10]}", at))[0]
-            rows.append({"key": (loose_key(ours), commit if by_lease else ""), "who": who, "cfg": ours,
-                         "steps": _steps_ms(r), "ms": 1e3 * r["summary"]["step_time_s"], "lease": lease,
+            sitting = sittings.setdefault(commit, (f"{commit}, {at[:10]}", at))[0]
+            rows.append({"key": (loose_key(ours), commit if by_sitting else ""), "who": who, "cfg": ours,
+                         "steps": _steps_ms(r), "ms": 1e3 * r["summary"]["step_time_s"], "sitting": sitting,
                          "rev": trainer_revision(r) if who == "ours" else 0})
     out = {}
     for (key, who), part in (pd.DataFrame(rows).groupby(["key", "who"], sort=False) if rows else ()):
         part = part[part["rev"] == part["rev"].max()]
         q1, q3 = np.percentile([t for steps in part["steps"] for t in steps] or list(part["ms"]), [25, 75])
-        row = out.setdefault(key, {"cfg": part["cfg"].iloc[-1], "lease": set()})
-        row["lease"] |= set(part["lease"])
+        row = out.setdefault(key, {"cfg": part["cfg"].iloc[-1], "sitting": set()})
+        row["sitting"] |= set(part["sitting"])
         row.update({f"{who}_ms": part["ms"].median(), f"{who}_q1": q1, f"{who}_q3": q3, f"{who}_runs": len(part)})
     both = {k: v for k, v in out.items() if "ours_ms" in v and "peer_ms" in v}
     if not both:
         raise LookupError(f"no configuration timed by both trainers on {gpus} {gpu_model} GPU(s): record both sides "
                           f"with tools/gpu/plans/peer-{gpus}gpu.txt")
     df = pd.DataFrame.from_dict(both, orient="index")
-    began = {name: at for name, at in leases.values()}
-    df["lease_at"] = [max(began[name] for name in names) for names in df["lease"]]
-    df["lease"] = ["; ".join(sorted(names, key=began.get)) for names in df["lease"]]
-    df.index = [c.label + (f" @ {lease}" if by_lease else "") for (_, lease), c in zip(df.index, df["cfg"])]
+    began = {name: at for name, at in sittings.values()}
+    df["sitting_at"] = [max(began[name] for name in names) for names in df["sitting"]]
+    df["sitting"] = ["; ".join(sorted(names, key=began.get)) for names in df["sitting"]]
+    df.index = [c.label + (f" @ {sitting}" if by_sitting else "") for (_, sitting), c in zip(df.index, df["cfg"])]
     df["ratio"] = df["ours_ms"] / df["peer_ms"]
     df["ratio_lo"] = np.minimum(df["ours_q1"] / df["peer_q3"], df["ratio"])
     df["ratio_hi"] = np.maximum(df["ours_q3"] / df["peer_q1"], df["ratio"])

@@ -12,9 +12,9 @@ node), PP is the outermost. The expert groups reuse that order with ETP in TP's 
 no group of its own).
 
 Who reads the table: `RunConfig` (dp, the layout's product), `layout_rules` (the positive sizes),
-`peer` (Megatron-LM's flags), `records.schema` (the table's columns), `predict.search` (the axes it
-varies) and `book.widgets` (the planner's drop-downs). The trainer (`wiring.megatron_configs`) spells
-the Megatron Core arguments out once; tests/test_axes.py holds it and peer to this table.
+the trainer (`train.wiring.megatron_configs`: the Megatron Core arguments), `peer` (Megatron-LM's
+flags), `records.schema` (the table's columns), `predict.search` (the axes it varies) and `book.widgets`
+(the planner's drop-downs); tests/test_axes.py holds the trainer and the peer to this table.
 """
 
 from __future__ import annotations

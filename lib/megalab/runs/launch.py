@@ -36,7 +36,7 @@ from megalab.runs.config import InvalidLayout
 DEFAULT_TIMEOUT_S = 1800
 KILL_GRACE_S = 10
 # After the trainer's summary line every rank has trained and gathered its memory peaks: a run still alive this
-# long after it is stopped and kept as trained (session 18: both CUDA-graph captures hung at exit, 250-300 s each)
+# long after it is stopped and kept as trained (CUDA-graph captures can hang at exit: 250-300 s seen)
 EXIT_GRACE_S = 60
 PEER_DONE = "[after training is done]"  # Megatron-LM's pretrain() prints it once its last step is logged
 RDZV_PORT = 29500

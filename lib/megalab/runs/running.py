@@ -167,7 +167,7 @@ def select(cfg, mode: str, store: Store, gpu_name: str | None, gpus: int, te: bo
     if mode == "live":
         return "live", None
     found = store.find(cfg, exclude=exclude, profiled=profile)
-    # a repeat made for another comparison (REPEAT_TAGS: back-to-back spread, CUDA-graph pairs) or a lease's warm-up
+    # a repeat made for another comparison (REPEAT_TAGS: back-to-back spread, CUDA-graph pairs) or a fresh host's warm-up
     # run (WARMUP_TAG) answers only where the configuration has no record of its own; a job that ran alone on its host
     # times cleaner than one packed beside others (tools/gpu/pack.py)
     found.sort(key=lambda r: (is_repeat(r) or is_warmup(r), "packed" in (r.get("tags") or ())))

@@ -1,22 +1,21 @@
 """Chapter 05, pipeline parallelism and interleaved (virtual) stages: its runs, by name.
 
 Recorded (`runs`): loss parity of PP 4, PP 4 × VPP 2 and TP 2 × PP 2 on the Llama-style gpt-350m (local
-spec, lr 1e-4, 4× H200; tools/gpu/plans/archive/stable-local.txt), whose layout records also hold each
-pipeline stage's peak memory and the step time; gpt-8.3b on one H200, out of memory
-(tools/gpu/plans/archive/oom.txt); and gpt-8.3b's pipelines (`RECORDED`, per degree p), each timed run
-alone on its host:
+spec, lr 1e-4, 4× H200), whose layout records also hold each pipeline stage's peak memory and the step
+time; gpt-8.3b on one H200, out of memory; and gpt-8.3b's pipelines (`RECORDED`, per degree p), each
+timed run alone on its host (`megalab experiments ch05 --gpus 4` prints their plan):
 - PP 2: one stage's worth (36 layers, Transformer Engine) alone on a one-H200 machine at the sweep's
   global batch, m = 1, 2, 4, 8: the step without bubble; on two GPUs of a 4× H200 host, the bubble sweep
-  m = 1, 2, 4, 8 and v = 2 at m = 2 (session 11, trainer 93ef4d6), and v = 3, 4, 6 at m = 2 and every
-  v = 2, 3, 4, 6 at m = 8, micro-batch 1 (2026-11-26, trainer 18116e0); a profiled step of 1F1B and of the
-  interleaved schedule at m = 4 (each record keeps its measured schedule, `profile.schedule`); the layouts
-  PP 2, TP 2 + SP and PP 2 × VPP 2 (the m = 8, v = 2 run) on the same two GPUs; PP 2 and PP 2 × VPP 2 parity.
-- PP 4, on a 4× H200 host (2026-11-26, trainer e9cf7de): one stage's worth (18 layers) alone on one of its
-  H200s, m = 1, 2, 4, 8, 16; the bubble sweep m = 1, 2, 4, 8; a profiled step of 1F1B and of PP 4 × VPP 2
-  at m = 8. Then (2026-11-27, trainer 6b7f807, unchanged): m = 16 (micro-batch 1); v = 2, 3, 6 at m = 4 and
-  16; the layouts PP 4 and PP 4 × VPP 2 (the m = 16 runs), TP 2 + SP × PP 2 and TP 4 + SP at micro-batch 1;
-  TP 2 + SP × PP 2 × VPP 2 (session 17): its 20 steps and the trainer's summary, then stopped at exit by
-  its lease's end (status timeout; `results.trained` counts it).
+  m = 1, 2, 4, 8, v = 2 at m = 2 and, at micro-batch 1, v = 3, 4, 6 at m = 2 and v = 2, 3, 4, 6 at m = 8;
+  a profiled step of 1F1B and of the interleaved schedule at m = 4 (each record keeps its measured
+  schedule, `profile.schedule`); the layouts PP 2, TP 2 + SP and PP 2 × VPP 2 (the m = 8, v = 2 run) on
+  the same two GPUs; PP 2 and PP 2 × VPP 2 parity.
+- PP 4, on a 4× H200 host: one stage's worth (18 layers) alone on one of its H200s, m = 1, 2, 4, 8, 16; the
+  bubble sweep m = 1, 2, 4, 8, 16 (m = 16 at micro-batch 1); a profiled step of 1F1B and of PP 4 × VPP 2 at
+  m = 8; v = 2, 3, 6 at m = 4 and 16; the layouts PP 4 and PP 4 × VPP 2 (the m = 16 runs), TP 2 + SP × PP 2
+  and TP 4 + SP at micro-batch 1; TP 2 + SP × PP 2 × VPP 2, whose record holds its 20 steps and the
+  trainer's summary but status timeout: its ranks hung at exit until the time limit (`results.trained`
+  counts it as trained).
 
 Queued (`pending`): the rest of the chapter's plan (Shoeybi et al. 2019's gpt-8.3b, 72 layers, with
 Transformer Engine, which theory puts above one H200's memory at micro-batch 1 and well inside it on two

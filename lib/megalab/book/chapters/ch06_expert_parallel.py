@@ -10,10 +10,11 @@ four H200s, less what QUEUED names); `pending` the layouts queued for the chapte
 Three layouts at 64 experts on four GPUs (DP, EP alltoall, EP allgather) were also timed twice each, alternated in
 one call (tag `spread`, records.REPEAT_TAGS: the notebook reads them apart by SPREAD_TAG).
 
-The trainer changed under these records: from commit 70bfd18 on, Transformer Engine's linears accumulate
+The trainer changed under these records: from `FUSIONS_AT` on, Transformer Engine's linears accumulate
 weight gradients straight into the fp32 main_grad, and MoE layers use Megatron's fused permutation and
 router and TE's CUTLASS grouped GEMM (megalab.train.wiring). A configuration's newest record answers it; the
-ones made before `FUSIONS_AT` ran the older trainer (the chapter sets them side by side).
+ones made before `FUSIONS_AT` ran the older trainer (the chapter sets them side by side, and names the trainer's
+revision, FUSIONS_REVISION, in its evidence).
 """
 
 from __future__ import annotations
@@ -25,11 +26,10 @@ from megalab.book.specs import ITERS, PARITY_ITERS, Fit, Parity, Profiled, degre
 EXPERTS = (64, 128, 256)   # the seed's rows: more experts at the same active compute
 PROFILE_ITERS = 10         # the profiler traces steps 5-7
 MICRO_BATCHES = (1, 2, 4)  # at the same global batch of 4 sequences: 4, 2 and 1 micro-batches per step
-FUSIONS_AT, FUSIONS_COMMIT = TRAINER_CHANGES[0][:2]   # the trainer's MoE fusions (see above)
+FUSIONS_AT, FUSIONS_REVISION = TRAINER_CHANGES[0][:2]   # when, and in which trainer, the MoE fusions landed
 RECORDED_EP = (2, 4)       # GPU counts whose layouts (DP, EP, experts, dispatchers, ETP, routing, parity) are recorded
-QUEUED: dict = {}         # ... less these: GPU count -> layout keys not recorded yet. Four GPUs: sessions 19, 20 and 22
-                           # (three leases on 4x H200; ETP 2 x EP 2 in the third); two: all since s16
-SPREAD_TAG = "spread"      # the four-GPU repeats of the third lease: DP, EP alltoall, EP allgather at 64 experts
+QUEUED: dict = {}          # ... less these: GPU count -> layout keys not recorded yet (none: both counts are whole)
+SPREAD_TAG = "spread"      # the four-GPU repeats, alternated on one host: DP, EP alltoall, EP allgather at 64 experts
 FIT_ITERS = 5              # a fit probe needs the peak of a step, not a timing
 GPU = "H200"               # the reference records' GPU: the fits probe its memory
 

@@ -68,14 +68,10 @@ PROBES = (
 )
 WHY = {key: text for key, text, _ in PROBES} | {f"top{i}": f"predicted #{i}" for i in range(1, TOP + 1)}
 
-# per GPU count, the cases whose eight runs are recorded. Two H200s: the dense case and the MoE case's first four (all
-# four out of memory) in session 15, the MoE case's other four on 2 GPUs of a 4×H200 host at commit 6b7f807 (one
-# out of memory), long_32k in session 25 (commit 160509e, one lease of a 2×H200 host with 32 CPU cores, each run alone
-# on it; none out of memory). Four H200s: the dense and MoE cases in session 22 (commit b4fce72, one lease, each run
-# alone on the host; the dense case's TP pick out of memory), long_32k in session 23 (commit dae3d00, one lease, each
-# run alone on the host; top2 and top5 out of memory)
+# per GPU count, the cases whose eight runs are recorded, each run alone on its host (on 2 GPUs, the MoE case's
+# second four on two GPUs of a 4×H200 host; some picks out of memory: an outcome the chapter reads too)
 RECORDED_CASES = {2: ("dense_4k", "moe", "long_32k"), 4: ("dense_4k", "moe", "long_32k")}
-SESSION15_CPUS = 32    # CPU cores of session 15's 2×H200 host (link probe "none"): its records predate env's cpu_count
+UNRECORDED_CPU_COUNT = 32  # CPU cores of the 2×H200 host (link probe "none") whose records predate env's cpu_count
 
 # per GPU count, per case, the layouts measured (keyword arguments over the case's base), frozen once chosen so that
 # their records keep answering after the calibration (and with it the ranking) moves
@@ -113,7 +109,7 @@ CHOSEN = {
             "pp_mbs1": dict(pp=2, vpp=4, mbs=1),
         },
     },
-    # 4 GPUs: chosen by _choose(name, 4) on the H200 records of session 17 (commit 26534af), before any ran
+    # 4 GPUs: chosen by _choose(name, 4) on the H200 records of chapters 01-06, before any of them ran
     4: {
         "dense_4k": {
             "top1": dict(dist_opt=True),
