@@ -180,7 +180,7 @@ def _group(flag: str) -> str:
 
 
 def _value(v: str) -> str:
-    """A float argument in few digits (2.9999999999999997e-05 -> 3e-05)."""
+    """A float argument in six significant digits: 3e-05, not the 17 digits of lr / 10."""
     try:
         return f"{float(v):.6g}" if len(v) > 8 and not v.lstrip("-").isdigit() else v
     except ValueError:
