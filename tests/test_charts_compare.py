@@ -77,3 +77,31 @@ def test_ratio_bars_by_group_put_each_group_in_a_trace_and_hatch_the_bars_above_
     assert [t.name for t in fig.data] == ["a", "b"] and fig.layout.barmode == "group"
     assert list(fig.data[1].y) == [0.87, 1.05] and list(fig.data[1].marker.pattern.shape) == ["", "/"]
     assert fig.data[0].marker.color != fig.data[1].marker.color
+
+
+def test_grouped_bars_wrap_long_category_labels_and_keep_their_order():
+    labels = ["1 GPU, TE attention, no recomputation", "TP 4 + SP + full recomputation, micro-batch 63", "TP 2"]
+    df = pd.DataFrame({"layout": labels * 2, "MiB": [10.0, 20.0, 30.0] * 2, "kind": ["a"] * 3 + ["b"] * 3})
+    fig = charts.grouped_bars(df, "layout", "MiB", color="kind")
+    ticks = list(fig.layout.xaxis.categoryarray)
+    assert [t.replace("<br>", " ") for t in ticks] == labels         # the words kept, in order
+    assert all(len(line) <= 28 for t in ticks for line in t.split("<br>"))
+    assert "<br>" in ticks[0] and ticks[2] == "TP 2"
+    assert list(fig.data[1].x) == ticks and fig.layout.xaxis.tickangle == 0 and fig.layout.xaxis.automargin
+    assert all(t.cliponaxis is False for t in fig.data)            # text over the tallest bar is not cut
+
+
+def test_grouped_bars_integers_read_as_integers_and_shares_as_percent():
+    df = pd.DataFrame({"layout": ["TP 2", "TP 4"], "micro-batch": [7, 59]})
+    fig = charts.grouped_bars(df, "layout", "micro-batch")
+    assert fig.data[0].texttemplate == "%{y:,d}" and fig.layout.yaxis.tickformat == ",~r"
+    fig.update_yaxes(type="log")                                   # as ch03 does: still 7, not 7.00
+    assert fig.layout.yaxis.tickformat == ",~r"
+    df = pd.DataFrame({"layout": ["TP 2", "TP 4"], "efficiency": [0.78, 0.91]})
+    fig = charts.grouped_bars(df, "layout", "efficiency", y_title="TFLOP/s per GPU over one GPU's")
+    assert fig.data[0].texttemplate == "%{y:.0%}" and fig.layout.yaxis.tickformat == ".0%"
+    df = pd.DataFrame({"layout": ["TP 2", "TP 4"], "ms": [91.25, 80.0]})
+    fig = charts.grouped_bars(df, "layout", "ms", y_title="ms per step")
+    assert fig.data[0].texttemplate == "%{y:~.3g}" and not fig.layout.yaxis.tickformat
+    fig = charts.grouped_bars(df, "layout", "ms", text_format=",.0f")
+    assert fig.data[0].texttemplate == "%{y:,.0f}"

@@ -22,7 +22,9 @@ def test_bandwidth_vs_size_log_log_with_peak_and_regions():
     assert {t.name for t in fig.data} == {"2 GPUs (reference)", "4 GPUs (reference)"}
     assert len(fig.data) == 4   # 2 ops x 2 GPU counts
     assert any("peak" in a.text for a in fig.layout.annotations)
-    assert any(a.text == "latency-bound" for a in fig.layout.annotations)
+    assert any(a.text.startswith("latency-bound:<br>below n½ = ") for a in fig.layout.annotations)   # n½ named
+    peak = next(a for a in fig.layout.annotations if a.text.startswith("peak"))
+    assert peak.ay > 0 and peak.ax == 0                          # below the curves' flat end, not over them
     assert {"all-reduce", "all-gather"} <= {a.text for a in fig.layout.annotations}   # words, not column names
     assert fig.layout.yaxis.title.text == "bus bandwidth (GB/s)"
 

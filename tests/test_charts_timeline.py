@@ -88,3 +88,20 @@ def test_pipeline_bubble_recorded_and_readers_own_measurements_as_markers():
     assert line.mode == "lines" and list(book.y) == [0.3] and list(mine.y) == [0.32]
     assert book.marker.symbol == "circle" and mine.marker.symbol == charts.SYMBOLS["yours"]
     assert book.marker.color == mine.marker.color == line.line.color
+
+
+def test_kernel_timeline_rows_are_stream_kinds_and_the_x_axis_spans_the_step():
+    kernels = [["gemm", 2.0, 5.0, 7], ["other", 7.0, 1.0, 7], ["nccl", 3.0, 2.0, 23], ["other", 5.0, 0.1, 23],
+               ["gemm", 4.0, 0.5, 430], ["nccl", 6.0, 0.1, 430], ["copy", 8.0, 1.0, 7]]
+    fig = charts.kernel_timeline({"timeline": {"columns": ["category", "start_ms", "duration_ms", "stream"],
+                                               "kernels": kernels}})
+    rows = {y for t in fig.data for y in t.y}
+    assert rows == {"main stream", "other streams: NCCL", "other streams: compute"}   # no raw stream ids
+    assert list(fig.layout.yaxis.categoryarray) == ["main stream", "other streams: NCCL", "other streams: compute"]
+    assert fig.layout.yaxis.automargin and fig.layout.xaxis.automargin
+    assert not fig.layout.yaxis.title.text                       # the row names say it
+    assert tuple(fig.layout.xaxis.range) == (0, 7.0)            # first kernel at 0, the last one's end
+    nccl = next(t for t in fig.data if t.name == "nccl")
+    assert list(nccl.base) == [1.0, 4.0] and list(nccl.customdata) == [23, 430] and "stream" in nccl.hovertemplate
+    colours = {t.name: t.marker.color for t in fig.data}
+    assert colours["nccl"] == charts.PALETTE[3] and colours["copy"] == charts.PALETTE[4]   # fixed per kind

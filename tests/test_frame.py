@@ -75,21 +75,44 @@ def test_box_leaves_out_sizes_of_one_and_keeps_what_the_layout_sets():
     assert flags["--recompute-modules"] == ["mlp"]
 
 
-def test_megatron_box_is_a_myst_admonition_with_commands_table_and_environment():
+def test_megatron_box_is_a_myst_admonition_with_commands_flag_list_and_environment():
     box = frame.megatron_box({"DP 4 + distributed optimizer": DP4, "TP 4 + SP": TP4})
     text = box.data
     assert text.startswith(":::{admonition} In Megatron-LM") and text.rstrip().endswith(":::")
     assert "torchrun --nproc-per-node 4 pretrain_gpt.py" in text
-    assert "CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun" in text      # TP needs it (wiring.environment)
-    assert "| `--use-distributed-optimizer` | `DistributedDataParallelConfig.use_distributed_optimizer` |" in text
+    assert "CUDA_DEVICE_MAX_CONNECTIONS=1 \\\ntorchrun" in text      # TP needs it (wiring.environment)
+    assert "- `--use-distributed-optimizer` (`DistributedDataParallelConfig.use_distributed_optimizer`):" in text
     assert "`ModelParallelConfig.tensor_model_parallel_size`" in text
-    assert "**TP 4 + SP** (TP 4 + SP + selective recomputation (MLP))" in text
+    assert "**TP 4 + SP**: gpt-1.2b on 4 GPUs" in text             # the model named, the label said once
+    assert "(TP 4 + SP + selective" not in text
+    assert "- `--num-layers`" not in text                         # the list keeps the layout flags
     for block in text.split("```bash\n")[1:]:
         assert all(len(line) <= frame.WIDTH for line in block.split("```")[0].splitlines())
     html = box._repr_html_()                                    # JupyterLab's view: no MyST markup
-    assert "<table>" in html and "<pre><code" in html and ":::" not in html and "{admonition}" not in html
+    assert "<li>" in html and "<pre><code" in html and ":::" not in html and "{admonition}" not in html
     with pytest.raises(ValueError, match="at least one layout"):
         frame.megatron_box({})
+
+
+@pytest.mark.parametrize("cfg", [DP4, TP4, MOE.replace(gpus=4, ep=4, cuda_graphs="te"),
+                                 XL.replace(gpus=4, pp=2, vpp=2, cp=2, cp_comm="a2a", fp8=True, mbs=1, gbs=8)])
+def test_the_command_is_the_peers_whole_argv_one_group_a_line(cfg):
+    text = frame.command(cfg)
+    lines = text.split(" \\\n")
+    assert all(len(line) <= frame.WIDTH and "\\" not in line for line in lines)
+    assert lines[-1].strip().startswith("--tokenizer-type") and "--mock-data" in lines[-1]
+    argv = " ".join(lines).split()
+    shown = frame._pairs(argv[argv.index("pretrain_gpt.py") + 1:])
+    peers = [(f, [frame._value(v) for v in vs]) for f, vs in frame._pairs(peer.args(peer.peer_config(cfg)))]
+    assert sorted(shown) == sorted(peers)                        # every flag, regrouped
+    groups = [frame._group(line.split()[0]) for line in lines[len(peer.environment(cfg)) + 1:]]
+    assert groups == sorted(groups, key=list(frame.GROUPS).index)    # one group after the other
+    assert {"model", "sequence", "batch", "precision", "data"} <= set(groups)
+
+
+def test_float_arguments_are_short():
+    assert frame._value("2.9999999999999997e-05") == "3e-05"
+    assert frame._value("0.0003") == "0.0003" and frame._value("1024") == "1024" and frame._value("p2p") == "p2p"
 
 
 def test_every_shown_flag_has_its_megatron_core_argument_and_a_line():

@@ -200,3 +200,22 @@ def test_tag_cells_hides_bookkeeping_and_renders_the_box_as_myst():
     assert [("remove-cell" in c["metadata"].get("tags", [])) for c in cells] == [True, True, False, False, False]
     assert cells[2]["metadata"]["mystnb"] == {"markdown_format": "myst"}
     assert "mystnb" not in cells[3]["metadata"]
+
+
+def test_tag_cells_folds_the_code_of_rewritten_chapters():
+    cell = lambda src, tags=(): {"cell_type": "code", "source": src, "metadata": {"tags": list(tags)},  # noqa: E731
+                                 "outputs": []}
+    nb = lambda: {"cells": [cell('glue("a", 1, display=False)'), cell("charts.memory(df)"),  # noqa: E731
+                            cell("x = 1", ["hide-input"]), {"cell_type": "markdown", "source": "# T", "metadata": {}}]}
+    tags = [c["metadata"].get("tags") for c in reproduce.tag_cells(nb(), hide_input=True)["cells"]]
+    assert tags == [["remove-cell"], ["hide-input"], ["hide-input"], None]
+    tags = [c["metadata"].get("tags") for c in reproduce.tag_cells(nb())["cells"]]
+    assert tags == [["remove-cell"], [], ["hide-input"], None]
+
+
+def test_rewritten_pages_are_the_chapters_in_frame_rewritten():
+    from pathlib import Path
+    assert reproduce._rewritten(Path("02_tensor_parallel/tensor_parallel.ipynb"))
+    assert reproduce._rewritten(Path("00_know_your_machine/evidence.ipynb"))
+    assert not reproduce._rewritten(Path("05_pipeline_parallel/pipeline_parallel.ipynb"))
+    assert not reproduce._rewritten(Path("planner.ipynb"))

@@ -18,7 +18,7 @@ import math
 
 from megalab.runs.axes import AXES
 
-__all__ = ["REWRITTEN", "describe", "megatron_box", "box_flags", "table"]
+__all__ = ["REWRITTEN", "describe", "megatron_box", "box_flags", "command", "table"]
 
 REWRITTEN = ("00", "01", "02", "03")   # chapters held to the reader-path budgets (tests/test_book_text.py)
 
@@ -124,7 +124,6 @@ ENV_DOES = {
 }
 SIZE_FLAGS = {a.flag: a for a in AXES if a.flag}
 SHOWN = set(FLAGS) | set(SIZE_FLAGS)   # the layout, memory and batch flags; not the model's shape
-WIDTH = 92
 
 
 def _pairs(argv: list[str]) -> list[tuple[str, list[str]]]:
@@ -152,20 +151,66 @@ def box_flags(cfg) -> list[tuple[str, list[str]]]:
     return out
 
 
-def _command(cfg) -> str:
-    from megalab.jobs import peer
-    env = " ".join(f"{k}={v}" for k, v in peer.environment(cfg).items())
-    head = f"{env + ' ' if env else ''}torchrun --nproc-per-node {cfg.gpus} pretrain_gpt.py"
-    parts = [" ".join([flag, *values]) for flag, values in box_flags(cfg)]
-    lines, line = [head], ""
+# the command's lines: one group of flags each, in this order (a flag in no group goes to "run")
+GROUPS = {
+    "model": ("--num-layers", "--hidden-size", "--num-attention-heads", "--ffn-hidden-size", "--group-query-attention",
+              "--num-query-groups", "--normalization", "--position-embedding-type", "--swiglu",
+              "--disable-bias-linear", "--untie-embeddings-and-output-weights", "--vocab-size",
+              "--make-vocab-size-divisible-by", "--init-method-std", "--hidden-dropout", "--attention-dropout",
+              "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size", "--moe-router-load-balancing-type",
+              "--moe-aux-loss-coeff", "--moe-router-force-load-balancing", "--moe-router-pre-softmax"),
+    "sequence": ("--seq-length", "--max-position-embeddings"),
+    "layout": tuple(f for f in SHOWN if not f.startswith(("--micro-batch", "--global-batch", "--cuda-graph"))),
+    "batch": ("--micro-batch-size", "--global-batch-size"),
+    "precision": ("--bf16", "--fp8-", "--transformer-impl", "--no-gradient-accumulation-fusion", "--cross-entropy-",
+                  "--no-rope-fusion", "--moe-grouped-gemm", "--moe-permute-fusion", "--moe-router-fusion",
+                  "--cuda-graph-"),
+    "optimizer": ("--optimizer", "--lr", "--min-lr", "--weight-decay", "--adam-", "--clip-grad"),
+    "run": ("--train-iters", "--seed", "--log-", "--eval-"),
+    "data": ("--tokenizer-type", "--mock-data", "--data-path", "--split"),
+}
+WIDTH = 72   # characters of a command line: the box's code block at a 1000 px window
+
+
+def _group(flag: str) -> str:
+    for name, flags in GROUPS.items():
+        if any(flag == f or (f.endswith("-") and flag.startswith(f)) for f in flags):
+            return name
+    return "run"
+
+
+def _value(v: str) -> str:
+    """A float argument in six significant digits: 3e-05, not the 17 digits of lr / 10."""
+    try:
+        return f"{float(v):.6g}" if len(v) > 8 and not v.lstrip("-").isdigit() else v
+    except ValueError:
+        return v
+
+
+def _fill(parts: list[str], indent: str) -> list[str]:
+    """Words on lines of at most WIDTH - 2 characters (room for the ' \\')."""
+    lines, line = [], ""
     for p in parts:
-        if line and len(line) + 1 + len(p) > WIDTH - 6:
+        if line and len(indent) + len(line) + 1 + len(p) > WIDTH - 2:
             lines.append(line)
             line = p
         else:
             line = f"{line} {p}".strip()
-    lines.append(line)
-    return " \\\n    ".join(l for l in lines if l)
+    return [indent + l for l in lines + [line] if l]
+
+
+def command(cfg) -> str:
+    """The `torchrun ... pretrain_gpt.py` command of cfg with every flag the peer passes (jobs.peer.args),
+    one group of flags a line (model shape, sequence, layout, batch, precision, optimizer, run, data),
+    joined by backslashes, no line longer than WIDTH."""
+    from megalab.jobs import peer
+    env = [f"{k}={v}" for k, v in peer.environment(cfg).items()]
+    head = [*env, f"torchrun --nproc-per-node {cfg.gpus} pretrain_gpt.py"]   # VAR=1 \ torchrun: one command
+    groups: dict[str, list[str]] = {g: [] for g in GROUPS}
+    for flag, values in _pairs(peer.args(peer.peer_config(cfg))):
+        groups[_group(flag)].append(" ".join([flag, *map(_value, values)]))
+    lines = head + [line for parts in groups.values() for line in _fill(parts, "    ")]
+    return " \\\n".join(lines)
 
 
 def _rows(layouts) -> tuple[list[tuple[str, str, str]], dict[str, str]]:
@@ -186,29 +231,28 @@ def _rows(layouts) -> tuple[list[tuple[str, str, str]], dict[str, str]]:
 
 
 def box_text(layouts: dict) -> str:
-    """The box's MyST source (megatron_box shows it)."""
-    from megalab.jobs import peer
+    """The box's MyST source (megatron_box shows it): per layout its name, the model and GPUs, the full
+    command; then the layout flags as a list (flag, Megatron Core argument, what it does), which wraps at any
+    width, and the environment."""
     blocks = []
     for name, cfg in layouts.items():
-        words = describe(cfg)
-        title = f"**{name}**" + (f" ({words})" if words != name else "")
-        blocks.append(f"{title}\n\n```bash\n{_command(cfg)}\n```")
+        gpus = f"{cfg.gpus} GPU" + ("s" if cfg.gpus > 1 else "")
+        blocks.append(f"**{name}**: {cfg.name} on {gpus}, sequences of {cfg.seq:,} tokens\n\n"
+                      f"```bash\n{command(cfg)}\n```")
     rows, env = _rows(layouts)
-    table = ["| Megatron-LM flag | Megatron Core argument | What it does |", "|---|---|---|"]
-    table += [f"| `{f}` | `{m}` | {d} |" for f, m, d in rows]
-    table += [f"| `{k}` (environment) | | {d} |" for k, d in env.items()]
-    some = next(iter(layouts.values()))
-    n = len(_pairs(peer.args(peer.peer_config(some))))
-    model = (f"Add the model's flags (`--num-layers`, `--hidden-size`, ...): `megalab.jobs.peer.args(cfg)` "
-             f"gives all {n} flags of a run, and `megalab peer` runs them.")
-    body = "\n\n".join([*blocks, "\n".join(table), model])
+    flags = ["The layout flags:", ""]
+    flags += [f"- `{f}` (`{m}`): {d}" for f, m, d in rows]
+    flags += [f"- `{k}` (environment): {d}" for k, d in env.items()]
+    data = ("`--mock-data` trains on random tokens, as the measured runs did; for a real corpus replace it with "
+            "`--data-path` and your tokenizer's flags.")
+    body = "\n\n".join([*blocks, "\n".join(flags), data])
     return f":::{{admonition}} In Megatron-LM\n:class: tip\n\n{body}\n:::\n"
 
 
 def megatron_box(layouts: dict):
     """The chapter's "In Megatron-LM" box: for each named layout ({"DP 4 + distributed optimizer": cfg}) the
-    `pretrain_gpt.py` command with its layout, memory and batch flags (printed by jobs.peer, which runs them),
-    then each flag's Megatron Core argument and what it does, and the environment variables the run needs.
+    full `pretrain_gpt.py` command (every flag jobs.peer passes, which runs them), then each layout flag's
+    Megatron Core argument and what it does, and the environment variables the run needs.
     Shown as a MyST admonition in the book (megalab.book.reproduce renders the Markdown as MyST, and
     _config.yml ranks Markdown before HTML) and as a plain HTML box in JupyterLab."""
     if not layouts:

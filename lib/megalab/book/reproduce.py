@@ -295,7 +295,13 @@ def _source_read(app, docname: str, source: list) -> None:
     app.env.note_dependency(str(executed.resolve()))
     nb = json.loads(executed.read_text())
     _warn_read_before_said(nb, docname)
-    source[0] = json.dumps(tag_cells(_html_only(nb)))
+    source[0] = json.dumps(tag_cells(_html_only(nb), hide_input=_rewritten(rel)))
+
+
+def _rewritten(rel: Path) -> bool:
+    """A page of a rewritten chapter (frame.REWRITTEN: '02_tensor_parallel/...' is chapter 02)."""
+    from megalab.book.frame import REWRITTEN
+    return any(part[:2] in REWRITTEN and part[2:3] == "_" for part in rel.parts[:-1])
 
 
 def _warn_read_before_said(nb: dict, docname: str) -> None:
@@ -351,9 +357,11 @@ def glue_only(code: str) -> bool:
     return bool(tree.body) and only(tree.body) and any(name in code for name in SAYING)
 
 
-def tag_cells(nb: dict) -> dict:
+def tag_cells(nb: dict, hide_input: bool = False) -> dict:
     """What the HTML page shows of the executed copy: papermill's injected-parameters cell and glue-only cells
-    removed (tag remove-cell), and a Markdown output written in MyST (the In Megatron-LM box) rendered as MyST."""
+    removed (tag remove-cell), and a Markdown output written in MyST (the In Megatron-LM box) rendered as MyST.
+    With `hide_input` (the rewritten chapters) every other code cell is tagged hide-input: the page shows its
+    outputs, the code folds behind a toggle."""
     for cell in nb.get("cells", []):
         if cell.get("cell_type") != "code":
             continue
@@ -362,6 +370,8 @@ def tag_cells(nb: dict) -> dict:
         code = "".join(cell.get("source", ""))
         if ("injected-parameters" in tags or glue_only(code)) and "remove-cell" not in tags:
             tags.append("remove-cell")
+        if hide_input and "remove-cell" not in tags and "hide-input" not in tags:
+            tags.append("hide-input")
         for out in cell.get("outputs", []):
             md = "".join(out.get("data", {}).get("text/markdown", ""))
             if md.lstrip().startswith(MYST_OUTPUT):

@@ -7,24 +7,59 @@ import plotly.graph_objects as go
 from megalab.charts._style import PALETTE, SYMBOLS, _figure, _split_yours, _yours
 
 
+PERCENT = ("mfu", "efficiency")   # columns of shares drawn on a percent axis
+AXIS_CHARACTERS = 84   # about the characters of tick text the category axis holds at a 1000 px window
+
+
+def _wrap_label(text: str, width: int) -> str:
+    """`text` broken at spaces into lines of at most `width` characters (a longer word stays whole),
+    joined by plotly's <br>."""
+    import textwrap
+    return "<br>".join(textwrap.wrap(str(text), width=max(width, 1), break_long_words=False)) or str(text)
+
+
+def _is_percent(y: str, y_title: str | None) -> bool:
+    return y in PERCENT or "%" in (y_title or "") or "percent" in (y_title or "").lower()
+
+
+def _integers(values) -> bool:
+    import math
+    vals = [v for v in values if v is not None and v == v]
+    return bool(vals) and all(isinstance(v, (int, float)) and math.isfinite(v) and float(v).is_integer()
+                              for v in vals)
+
+
 def grouped_bars(df, x: str, y: str, color: str | None = None, title: str | None = None,
                  y_title: str | None = None, text_format: str = ".3g") -> go.Figure:
     """Bars of `y` for each value of `x`, one colour per value of `color` (e.g. predicted / measured).
     Rows whose `source` is "yours" (a reader's own runs) stand beside the book's as hatched bars of the
-    same colour, named "... (yours)"."""
+    same colour, named "... (yours)". Category labels wrap onto lines (_wrap_label) so that none is cut at
+    1000 px; a share (PERCENT, or a y_title with %) reads in percent on the axis and the bars; whole numbers
+    (micro-batches) read as integers, also on a log axis; other values with `text_format`."""
+    labels = list(dict.fromkeys(df[x].astype(str)))
+    width = max(8, AXIS_CHARACTERS // max(1, len(labels)))
+    wrapped = {v: _wrap_label(v, width) for v in labels}
+    percent, whole = _is_percent(y, y_title), _integers(df[y].tolist())
+    fmt = text_format if text_format != ".3g" else ".0%" if percent else ",d" if whole else "~.3g"
     fig = _figure(title or f"{y} by {x}", barmode="group", xaxis_title=x, yaxis_title=y_title or y,
                   xaxis_type="category")
     groups = [(None, df)] if color is None else list(df.groupby(color, sort=False))
     for i, (value, part) in enumerate(groups):
         name, book, mine = (str(value) if color else y), *_split_yours(part)
-        style = dict(marker_color=PALETTE[i % len(PALETTE)], texttemplate=f"%{{y:{text_format}}}",
-                     textposition="outside")
+        style = dict(marker_color=PALETTE[i % len(PALETTE)], texttemplate=f"%{{y:{fmt}}}",
+                     textposition="outside", cliponaxis=False)
         if len(book) or not len(mine):
-            fig.add_bar(x=book[x].astype(str), y=book[y], name=name, **style)
+            fig.add_bar(x=book[x].astype(str).map(wrapped), y=book[y], name=name, **style)
         if len(mine):
-            fig.add_bar(x=mine[x].astype(str), y=mine[y], name=_yours(name), marker_pattern_shape="x", **style)
-    if y in ("mfu", "efficiency"):
+            fig.add_bar(x=mine[x].astype(str).map(wrapped), y=mine[y], name=_yours(name), marker_pattern_shape="x",
+                        **style)
+    fig.update_xaxes(categoryorder="array", categoryarray=[wrapped[v] for v in labels], tickangle=0,
+                     automargin=True)
+    fig.update_yaxes(automargin=True)
+    if percent:
         fig.update_yaxes(tickformat=".0%")
+    elif whole:
+        fig.update_yaxes(tickformat=",~r")   # 7 and 59, not 7.00 and 59.0, also when made a log axis
     return fig
 
 

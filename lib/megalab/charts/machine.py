@@ -80,18 +80,29 @@ def bandwidth_vs_size(df, y: str = "busbw_gbs", title: str = "NCCL bus bandwidth
                                 line=dict(color=PALETTE[j % len(PALETTE)]))
         best = d_op.iloc[int(d_op[y].to_numpy().argmax())]
         fig.add_annotation(x=math.log10(best["size_bytes"]), y=math.log10(best[y]), row=r, col=c,
-                           text=f"peak {best[y]:.0f} GB/s ({int(best['gpus'])} GPUs)", showarrow=True,
-                           arrowhead=2, ax=-40, ay=30)
+                           text=f"peak {best[y]:.0f} GB/s<br>({int(best['gpus'])} GPUs)", showarrow=True,
+                           arrowhead=2, ax=0, ay=80, xanchor="right")   # below the curves' flat end: clear of them
         n_half = half_bandwidth_size(d_op["size_bytes"], d_op[y])
         if n_half:
             fig.add_vrect(x0=d_op["size_bytes"].min(), x1=n_half, fillcolor="gray", opacity=0.12,
-                          line_width=0, row=r, col=c, annotation_text="latency-bound",
-                          annotation_position="top left")
+                          line_width=0, row=r, col=c)
+            # a log axis places annotations at log10 of the value (add_vrect's own label would not)
+            fig.add_annotation(x=math.log10(n_half), y=math.log10(d_op[y].min()), row=r, col=c, showarrow=False,
+                               text=f"latency-bound:<br>below n½ = {_bytes(n_half)}", xanchor="right",
+                               yanchor="bottom", align="right")
     fig.update_xaxes(type="log", title_text="message size (bytes)", row=rows)
     fig.update_xaxes(type="log")
     fig.update_yaxes(type="log")
     fig.update_yaxes(title_text=BANDWIDTHS.get(y, y), col=1)
     return fig
+
+
+def _bytes(n: float) -> str:
+    """A message size in words: 16 MiB, 512 KiB, 1 GiB."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.0f} B"
 
 
 def roofline(peak_tflops: float, bw_tbs: float, title: str = "Roofline") -> go.Figure:

@@ -13,7 +13,8 @@ MEASURED = ("measured", "reference", "yours")   # pipeline_bubble: the `source` 
 
 def _add_spans(fig: go.Figure, spans: list[dict], kinds: list, unit: str, **bar) -> None:
     """One horizontal-bar trace per kind (colour PALETTE[i] for kinds[i]) of spans {y, start, length,
-    kind[, text]}: each bar starts at `start` and is `length` long, in `unit`."""
+    kind[, text][, stream]}: each bar starts at `start` and is `length` long, in `unit`; a stream id shows in
+    the hover."""
     for i, kind in enumerate(kinds):
         part = [s for s in spans if s["kind"] == kind]
         if not part:
@@ -22,24 +23,53 @@ def _add_spans(fig: go.Figure, spans: list[dict], kinds: list, unit: str, **bar)
         labels = dict(text=text, textposition="inside", insidetextanchor="middle", textangle=0) if any(
             t is not None for t in text) else {}
         hover = ("%{text}: " if labels else "") + f"%{{base:.3f}} {unit} + %{{x:.3f}} {unit}<extra>{kind}</extra>"
+        streams = dict(customdata=[s["stream"] for s in part]) if "stream" in part[0] else {}
+        if streams:
+            hover = hover.replace("<extra>", " (stream %{customdata})<extra>")
         fig.add_bar(y=[s["y"] for s in part], x=[s["length"] for s in part], base=[s["start"] for s in part],
                     orientation="h", name=str(kind), marker_color=PALETTE[i % len(PALETTE)],
-                    hovertemplate=hover, **labels, **bar)
+                    hovertemplate=hover, **labels, **streams, **bar)
+
+
+KERNEL_KINDS = ("gemm", "attention", "other", "nccl")   # kernel_timeline's colours, in this order
+MAIN, SIDE_NCCL, SIDE_COMPUTE = "main stream", "other streams: NCCL", "other streams: compute"
+
+
+def _stream_kinds(rows: list[dict]) -> dict:
+    """{stream id: its row's words}: the stream with the most kernel time is the main stream (where the
+    framework launches its compute); another stream is an NCCL stream when NCCL kernels fill at least half of
+    its kernel time, a compute stream otherwise. A profile records stream ids only, so the kind is read off
+    the kernels each stream ran."""
+    total: dict = {}
+    nccl: dict = {}
+    for r in rows:
+        d = max(float(r["duration_ms"]), 0.0)
+        total[r["stream"]] = total.get(r["stream"], 0.0) + d
+        nccl[r["stream"]] = nccl.get(r["stream"], 0.0) + (d if r["category"] == "nccl" else 0.0)
+    main = max(total, key=total.get) if total else None
+    return {s: MAIN if s == main else SIDE_NCCL if nccl[s] >= total[s] / 2 else SIDE_COMPUTE for s in total}
 
 
 def kernel_timeline(profile: dict, title: str = "GPU kernels of one training step") -> go.Figure:
-    """The kernels of one profiled step (a record's `profile.timeline`) on their CUDA streams, coloured
-    by kind: where communication (nccl) runs, and whether it overlaps compute on another stream."""
+    """The kernels of one profiled step (a record's `profile.timeline`) coloured by kind, on one row per kind
+    of CUDA stream (_stream_kinds: the main stream, the other streams that mostly run NCCL, the other compute
+    streams; the stream id is in each kernel's hover): where communication runs, and whether it overlaps
+    compute on another stream. The time axis spans the step, from its first kernel to the end of its last."""
     t = profile["timeline"]
     rows = [dict(zip(t["columns"], k)) for k in t["kernels"]]
-    streams = sorted({r["stream"] for r in rows}, key=lambda s: (s is None, s))
+    kinds = _stream_kinds(rows)
+    order = [k for k in (MAIN, SIDE_NCCL, SIDE_COMPUTE) if k in kinds.values()]
+    start = min((r["start_ms"] for r in rows), default=0.0)
+    end = max((r["start_ms"] + max(r["duration_ms"], 0.0) for r in rows), default=1.0)
     fig = _figure(title, barmode="overlay", xaxis_title="milliseconds from the step's first kernel",
-                  yaxis_title="CUDA stream", yaxis_type="category", bargap=0.3)
-    spans = [dict(y=f"stream {r['stream']}", start=r["start_ms"], length=max(r["duration_ms"], 0.002),
-                  kind=r["category"]) for r in rows]
-    _add_spans(fig, spans, ["gemm", "attention", "other", "nccl"], "ms", marker_line_width=0)
-    fig.update_yaxes(categoryorder="array", categoryarray=[f"stream {s}" for s in streams])
-    return fig
+                  yaxis_title=None, yaxis_type="category", bargap=0.3, height=260 + 50 * len(order))
+    spans = [dict(y=kinds[r["stream"]], start=r["start_ms"] - start, length=max(r["duration_ms"], 0.002),
+                  kind=r["category"], stream=r["stream"]) for r in rows]
+    kernel_kinds = list(KERNEL_KINDS) + sorted({s["kind"] for s in spans} - set(KERNEL_KINDS))   # fixed colours
+    _add_spans(fig, spans, kernel_kinds, "ms", marker_line_width=0)
+    fig.update_yaxes(categoryorder="array", categoryarray=order, autorange="reversed", automargin=True,
+                     ticksuffix=" ")
+    return fig.update_xaxes(range=[0, end - start], automargin=True)
 
 
 def gantt(tasks, title: str = "Schedule", row_title: str = "stage",
