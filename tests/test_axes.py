@@ -1,4 +1,6 @@
-"""The AXES table against the code that spells its names: RunConfig, peer, Megatron Core, the trainer."""
+"""The AXES table against the code that spells its names: RunConfig, peer, Megatron Core, the
+trainer."""
+
 import dataclasses
 import inspect
 
@@ -9,7 +11,9 @@ from megalab.runs import axes, presets
 from megalab.runs.axes import AXES, GROUP_ORDER, axis
 from megalab.runs.config import RunConfig
 
-CFG = presets.get("olmoe-like").replace(gpus=8, tp=2, pp=2, vpp=2, ep=2, etp=2, sp=True, mbs=1, gbs=16)
+CFG = presets.get("olmoe-like").replace(
+    gpus=8, tp=2, pp=2, vpp=2, ep=2, etp=2, sp=True, mbs=1, gbs=16
+)
 
 
 def test_every_axis_is_a_runconfig_size():
@@ -34,6 +38,7 @@ def test_vpp_is_left_out_at_one():
 def test_megatron_core_names_its_arguments_as_the_table():
     from megatron.core import parallel_state
     from megatron.core.model_parallel_config import ModelParallelConfig
+
     fields = {f.name for f in dataclasses.fields(ModelParallelConfig)}
     assert {a.mcore for a in AXES if a.mcore} <= fields
     order = inspect.signature(parallel_state.initialize_model_parallel).parameters["order"].default
@@ -42,6 +47,7 @@ def test_megatron_core_names_its_arguments_as_the_table():
 
 def test_the_trainer_maps_every_axis_by_the_tables_name():
     from megalab.train.wiring import megatron_configs
+
     cfg = CFG.replace(impl="local")
     parallel, model, _, _ = megatron_configs(cfg, dry_run=True)
     for a in AXES:

@@ -1,5 +1,7 @@
-"""The rewritten chapters (megalab.book.frame.REWRITTEN) keep the reader-path budgets of megalab.book.budgets:
-prose words, glue, cell size, parameters; their Evidence pages sit under them in _toc.yml and are exempt."""
+"""The rewritten chapters (megalab.book.frame.REWRITTEN) keep the reader-path budgets of
+megalab.book.budgets: prose words, glue, cell size, parameters; their Evidence pages sit under them
+in _toc.yml and are exempt."""
+
 import json
 from pathlib import Path
 
@@ -20,7 +22,9 @@ def chapter_dir(number: str) -> Path:
 
 def main_notebook(number: str) -> Path:
     found = [p for p in sorted(chapter_dir(number).glob("*.ipynb")) if p.name != "evidence.ipynb"]
-    assert len(found) == 1, f"chapter {number}: want one notebook besides evidence.ipynb, found {found}"
+    assert len(found) == 1, (
+        f"chapter {number}: want one notebook besides evidence.ipynb, found {found}"
+    )
     return found[0]
 
 
@@ -52,11 +56,13 @@ def test_an_evidence_page_is_listed_under_its_chapter(number):
         pytest.skip(f"chapter {number} keeps its evidence in the notebook's Evidence part")
     toc = dict(_toc_entries(yaml.safe_load((ROOT / "_toc.yml").read_text())))
     chapter = main_notebook(number).relative_to(ROOT).with_suffix("").as_posix()
-    assert evidence.relative_to(ROOT).with_suffix("").as_posix() in toc.get(chapter, []), \
+    assert evidence.relative_to(ROOT).with_suffix("").as_posix() in toc.get(chapter, []), (
         f"_toc.yml: list {evidence.relative_to(ROOT)} in `sections:` under {chapter}"
+    )
 
 
-# -- the budgets, on small notebooks --------------------------------------------------------------------
+# -- the budgets, on small notebooks
+# --------------------------------------------------------------------
 def nb(*cells) -> dict:
     out = []
     for kind, text, *tags in cells:
@@ -68,42 +74,77 @@ PARAMS = ("code", 'mode: str = "cached"   # where results come from\ngpus: int =
 
 
 def test_a_kept_notebook_has_no_problems():
-    book = nb(("markdown", "# Title\n\nTP 2 takes {glue:text}`tp2_ms:.1f` ms."), PARAMS,
-              ("code", 'glue("tp2_ms", 12.5, display=False)'))
+    book = nb(
+        ("markdown", "# Title\n\nTP 2 takes {glue:text}`tp2_ms:.1f` ms."),
+        PARAMS,
+        ("code", 'glue("tp2_ms", 12.5, display=False)'),
+    )
     assert budgets.problems(book) == []
 
 
 def test_words_count_prose_not_code_math_or_markup():
-    md = ("**The step takes** {glue:text}`x:.1f` ms [in the paper](https://arxiv.org/abs/2205.05198).\n\n"
-          "```python\nthese are not words at all\n```\n\n$$M = 16 \\Psi$$\n\n:::{note}\n:class: dropdown\nTwo words\n:::\n")
+    md = (
+        "**The step takes** {glue:text}`x:.1f` ms [in the "
+        "paper](https://arxiv.org/abs/2205.05198).\n\n"
+        "```python\nthese are not words at all\n```\n\n$$M = 16 \\Psi$$\n\n:::{note}\n:class: "
+        "dropdown\nTwo words\n:::\n"
+    )
     assert budgets.words(md) == len("The step takes x ms in the paper".split()) + 2
 
 
 def test_words_past_the_evidence_heading_are_exempt():
     long = " ".join(["word"] * (budgets.WORDS + 1))
     assert "words of prose" in budgets.problems(nb(("markdown", long), PARAMS))[0]
-    assert budgets.problems(nb(("markdown", "# Title"), PARAMS, ("markdown", "## Evidence\n\n" + long))) == []
+    assert (
+        budgets.problems(
+            nb(("markdown", "# Title"), PARAMS, ("markdown", "## Evidence\n\n" + long))
+        )
+        == []
+    )
 
 
 def test_glue_read_and_glued_must_agree():
-    book = nb(("markdown", "{glue:text}`a` and {glue:}`b` and {glue:text}`ms_4:.0f`\n\n```{glue:figure} fig\n```"),
-              ("code", 'glue("a", 1)\nglue("c", 2)\nfor d in (4,):\n    glue(f"ms_{d}", 3)\nglue(name, 4)'),
-              ("code", 'glue("fig", f)'), PARAMS)
+    book = nb(
+        (
+            "markdown",
+            "{glue:text}`a` and {glue:}`b` and {glue:text}`ms_4:.0f`\n\n```{glue:figure} fig\n```",
+        ),
+        (
+            "code",
+            'glue("a", 1)\nglue("c", 2)\nfor d in (4,):\n    glue(f"ms_{d}", 3)\nglue(name, 4)',
+        ),
+        ("code", 'glue("fig", f)'),
+        PARAMS,
+    )
     problems = budgets.glue_problems(book)
     assert "the prose reads 'b', which the notebook never glues" in problems
     assert "glued but never read: 'c'" in problems
     assert any("not a string literal" in p for p in problems)
     assert not any("ms_4" in p or "'fig'" in p or "'a'" in p for p in problems)
     many = nb(("code", "\n".join(f'glue("g{i}", {i})' for i in range(budgets.GLUES + 1))))
-    assert budgets.glue_problems(many)[0] == f"{budgets.GLUES + 1} glue( calls: at most {budgets.GLUES}"
+    assert (
+        budgets.glue_problems(many)[0]
+        == f"{budgets.GLUES + 1} glue( calls: at most {budgets.GLUES}"
+    )
 
 
 def test_cells_short_narrow_and_without_def():
     long = "\n".join(f"x{i} = {i}" for i in range(budgets.CELL_LINES + 1))
-    problems = budgets.cell_problems(nb(("code", long), ("code", "y = '" + "a" * 100 + "'"),
-                                        ("code", "def f():\n    return 1"), ("markdown", "## Evidence"),
-                                        ("code", "def g():\n    pass")))
-    assert len(problems) == 3 and "16 lines" in problems[0] and "columns" in problems[1] and "defines" in problems[2]
+    problems = budgets.cell_problems(
+        nb(
+            ("code", long),
+            ("code", "y = '" + "a" * 100 + "'"),
+            ("code", "def f():\n    return 1"),
+            ("markdown", "## Evidence"),
+            ("code", "def g():\n    pass"),
+        )
+    )
+    assert (
+        len(problems) == 3
+        and "16 lines" in problems[0]
+        and "columns" in problems[1]
+        and "defines" in problems[2]
+    )
 
 
 def test_the_parameters_cell_holds_literals():
@@ -114,16 +155,28 @@ def test_the_parameters_cell_holds_literals():
 
 
 def test_papers_cited_on_the_reader_path_are_linked():
-    linked = "As [Korthikanti et al. 2022](https://arxiv.org/abs/2205.05198) show, and Korthikanti et al. (2022) again."
+    linked = (
+        "As [Korthikanti et al. 2022](https://arxiv.org/abs/2205.05198) show, and "
+        "Korthikanti et al. (2022) again."
+    )
     assert budgets.citation_problems(nb(("markdown", linked))) == []
-    bare = nb(("markdown", "Narayanan et al. 2021 measured it; in 2021 and 1024 tokens."), ("markdown", "## Evidence"),
-              ("markdown", "[Narayanan et al. 2021](https://arxiv.org/abs/2104.04473)"))
-    assert budgets.citation_problems(bare) == ["Narayanan et al. 2021 is cited but never linked: link it "
-                                               "(megalab.book.references.cite)"]
+    bare = nb(
+        ("markdown", "Narayanan et al. 2021 measured it; in 2021 and 1024 tokens."),
+        ("markdown", "## Evidence"),
+        ("markdown", "[Narayanan et al. 2021](https://arxiv.org/abs/2104.04473)"),
+    )
+    assert budgets.citation_problems(bare) == [
+        "Narayanan et al. 2021 is cited but never linked: link it (megalab.book.references.cite)"
+    ]
 
 
 def test_said_names_and_eval_reads_count_as_glue():
-    book = nb(("markdown", "# T\n\nTP 2 takes {eval}`tp2_ms` ms, {eval}`never`."), PARAMS,
-              ("code", 'say("tp2_ms", 12.5, ".1f")\nsay("unread", 1)'))
-    assert budgets.glue_problems(book) == ["the prose reads 'never', which the notebook never glues",
-                                           "glued but never read: 'unread'"]
+    book = nb(
+        ("markdown", "# T\n\nTP 2 takes {eval}`tp2_ms` ms, {eval}`never`."),
+        PARAMS,
+        ("code", 'say("tp2_ms", 12.5, ".1f")\nsay("unread", 1)'),
+    )
+    assert budgets.glue_problems(book) == [
+        "the prose reads 'never', which the notebook never glues",
+        "glued but never read: 'unread'",
+    ]

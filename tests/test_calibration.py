@@ -1,5 +1,5 @@
-"""calibration.py: the records it may use, a fit that recovers known constants, a split that is stable
-and disjoint, and the report on the book's own records."""
+"""calibration.py: the records it may use, a fit that recovers known constants, a split that is
+stable and disjoint, and the report on the book's own records."""
 
 import json
 import math
@@ -12,22 +12,37 @@ from megalab.runs.config import RunConfig
 from megalab.jobs.running import NotRecorded, Store
 
 # known constants, away from step_model's first guesses, in SI units
-TRUE = {"gemm_eff": 0.8, "gemm_width": 800.0, "attn_eff": 0.4, "host_layer": 2.5e-3, "comm_call": 120e-6,
-        "expert_gemm": 20e-6}
+TRUE = {
+    "gemm_eff": 0.8,
+    "gemm_width": 800.0,
+    "attn_eff": 0.4,
+    "host_layer": 2.5e-3,
+    "comm_call": 120e-6,
+    "expert_gemm": 20e-6,
+}
 BASE = RunConfig(name="t", layers=8, hidden=2048, heads=16, vocab=32768, seq=2048)
 
 
 def _layouts() -> list[RunConfig]:
-    """Configurations on which every constant binds: GEMM-heavy and attention-heavy steps, host-bound
-    small micro-batches, TP, CP and PP runs, and MoE steps."""
+    """Configurations on which every constant binds: GEMM-heavy and attention-heavy steps,
+    host-bound small micro-batches, TP, CP and PP runs, and MoE steps."""
     out = []
-    for layers, hidden in ((4, 1024), (8, 2048), (12, 4096)):   # three widths: gemm_width is fitted on them
+    # three widths: gemm_width is fitted on them
+    for layers, hidden in ((4, 1024), (8, 2048), (12, 4096)):
         c = BASE.replace(layers=layers, hidden=hidden)
-        out += [c.replace(mbs=8, gbs=8), c.replace(mbs=4, gbs=16), c.replace(seq=32768, mbs=1, gbs=1),
-                c.replace(seq=512, mbs=1, gbs=8), c.replace(gpus=2, tp=2, mbs=1, gbs=8),
-                c.replace(gpus=2, tp=2, sp=True, mbs=2, gbs=8), c.replace(gpus=2, cp=2, seq=8192, mbs=1, gbs=4),
-                c.replace(gpus=4, tp=2, pp=2, mbs=1, gbs=8), c.replace(gpus=2, mbs=4, gbs=16),
-                c.replace(experts=8, topk=2, mbs=2, gbs=4), c.replace(experts=16, topk=2, mbs=1, gbs=4)]
+        out += [
+            c.replace(mbs=8, gbs=8),
+            c.replace(mbs=4, gbs=16),
+            c.replace(seq=32768, mbs=1, gbs=1),
+            c.replace(seq=512, mbs=1, gbs=8),
+            c.replace(gpus=2, tp=2, mbs=1, gbs=8),
+            c.replace(gpus=2, tp=2, sp=True, mbs=2, gbs=8),
+            c.replace(gpus=2, cp=2, seq=8192, mbs=1, gbs=4),
+            c.replace(gpus=4, tp=2, pp=2, mbs=1, gbs=8),
+            c.replace(gpus=2, mbs=4, gbs=16),
+            c.replace(experts=8, topk=2, mbs=2, gbs=4),
+            c.replace(experts=16, topk=2, mbs=1, gbs=4),
+        ]
     return out
 
 
@@ -37,7 +52,9 @@ def _synthetic(root, layouts=None, at="2026-01-01T00:00:00Z") -> Store:
     rates = step_model.Rates.recorded("H200", store)
     for cfg in layouts or _layouts():
         rec = record(cfg, at=at)
-        rec["summary"]["step_time_s"] = float(step_model.combine(step_model.parts(cfg, rates), TRUE)["total_s"])
+        rec["summary"]["step_time_s"] = float(
+            step_model.combine(step_model.parts(cfg, rates), TRUE)["total_s"]
+        )
         store.append(rec)
     return store
 
@@ -46,25 +63,34 @@ def test_the_fit_recovers_the_constants_it_was_made_from(tmp_path):
     cal = calibration.calibrate(_synthetic(tmp_path))
     got = {c.name: cal.value(c.name) for c in cal.constants}
     assert got == pytest.approx(TRUE, rel=1e-3)
-    assert all(c.records > 0 for c in cal.constants)  # every constant was constrained by some record
+    # every constant was constrained by some record
+    assert all(c.records > 0 for c in cal.constants)
     report = cal.report()
     assert report["after_max"].max() < 1e-3 and set(report["set"]) == {"fit", "held out"}
-    assert cal.predict(_layouts()[0])["total_s"] == pytest.approx(cal.frame()["measured_s"].iloc[0], rel=1e-3)
+    assert cal.predict(_layouts()[0])["total_s"] == pytest.approx(
+        cal.frame()["measured_s"].iloc[0], rel=1e-3
+    )
 
 
 def test_constants_are_stated_in_their_units(tmp_path):
     cal = calibration.calibrate(_synthetic(tmp_path))
     by_name = {c.name: c for c in cal.constants}
-    assert list(by_name) == list(step_model.CONSTANTS) and len(by_name) <= 6   # a handful, each with a reason
-    assert by_name["host_layer"].unit == "ms" and by_name["host_layer"].value == pytest.approx(2.5, rel=1e-3)
-    assert by_name["comm_call"].unit == "µs" and by_name["comm_call"].value == pytest.approx(120, rel=1e-3)
+    # a handful, each with a reason
+    assert list(by_name) == list(step_model.CONSTANTS) and len(by_name) <= 6
+    assert by_name["host_layer"].unit == "ms" and by_name["host_layer"].value == pytest.approx(
+        2.5, rel=1e-3
+    )
+    assert by_name["comm_call"].unit == "µs" and by_name["comm_call"].value == pytest.approx(
+        120, rel=1e-3
+    )
     assert all(c.meaning for c in cal.constants)
 
 
 def test_the_split_is_deterministic_disjoint_and_covers_every_family(tmp_path):
     layouts = _layouts()
     first = calibration.calibrate(_synthetic(tmp_path / "a", layouts)).frame()
-    again = calibration.calibrate(_synthetic(tmp_path / "b", layouts[::-1])).frame()  # written in reverse
+    # written in reverse
+    again = calibration.calibrate(_synthetic(tmp_path / "b", layouts[::-1])).frame()
     side = dict(zip(first["key"], first["set"]))
     assert side == dict(zip(again["key"], again["set"])) and len(side) == len(first) == len(layouts)
     assert set(side.values()) == {"fit", "held out"}
@@ -77,12 +103,20 @@ def test_only_usable_records_count_and_the_newest_wins(tmp_path):
     store = Store(tmp_path)
     cfg = BASE.replace(mbs=2, gbs=4)
     store.append(record(cfg, at="2026-01-01T00:00:00Z"))
-    newest = store.append(record(cfg.replace(iters=10), at="2026-01-02T00:00:00Z"))  # iters aside: same config
-    skipped = [record(cfg.replace(layers=2), tags=["packed"]), record(cfg.replace(layers=3), tags=["profile"]),
-               record(cfg.replace(layers=5), status="oom"), record(cfg.replace(layers=6), gpu="NVIDIA H100 80GB HBM3"),
-               record(cfg.replace(layers=7, compile=False)), record(cfg.replace(layers=9, impl="local")),
-               record(cfg.replace(layers=11, cuda_graphs="te")),   # a graph removes the host floor it fits
-               record(cfg.replace(layers=12), tags=["graphs"])]    # a repeat made for another comparison
+    # iters aside: same config
+    newest = store.append(record(cfg.replace(iters=10), at="2026-01-02T00:00:00Z"))
+    skipped = [
+        record(cfg.replace(layers=2), tags=["packed"]),
+        record(cfg.replace(layers=3), tags=["profile"]),
+        record(cfg.replace(layers=5), status="oom"),
+        record(cfg.replace(layers=6), gpu="NVIDIA H100 80GB HBM3"),
+        record(cfg.replace(layers=7, compile=False)),
+        record(cfg.replace(layers=9, impl="local")),
+        # a graph removes the host floor it fits
+        record(cfg.replace(layers=11, cuda_graphs="te")),
+        # a repeat made for another comparison
+        record(cfg.replace(layers=12), tags=["graphs"]),
+    ]
     for rec in skipped:
         store.append(rec)
     retracted = store.append(record(cfg.replace(layers=10)))
@@ -94,19 +128,24 @@ def test_only_usable_records_count_and_the_newest_wins(tmp_path):
 
 
 def test_case_runs_and_a_second_hosts_multi_gpu_runs_never_fit(tmp_path):
-    """Chapter 07's case runs test the model, so they never fit it; a multi-GPU run of a host whose link probe
-    reports another interconnect than most (session 15's 2xH200, 2.2x slower to launch) does not replace the
-    reference host's record of the same configuration, nor does a newer warm-up run; one-GPU runs count from any host."""
+    """Chapter 07's case runs test the model, so they never fit it; a multi-GPU run of a host whose
+    link probe reports another interconnect than most (session 15's 2xH200, 2.2x slower to launch)
+    does not replace the reference host's record of the same configuration, nor does a newer warm-up
+    run; one-GPU runs count from any host."""
     store = Store(tmp_path)
-    env = lambda link: {"gpu_name": "NVIDIA H200", "gpu_count": 2, "interconnect": link}   # noqa: E731
+    env = lambda link: {"gpu_name": "NVIDIA H200", "gpu_count": 2, "interconnect": link}  # noqa: E731
     two = BASE.replace(gpus=2, tp=2, mbs=2, gbs=4)
     ref = [store.append(record(two.replace(layers=n), env=env("NVLink (NV18)"))) for n in (2, 3)]
-    store.append(record(two.replace(layers=2), env=env("none"), at="2026-01-05T00:00:00Z"))   # newer, other host
+    # newer, other host
+    store.append(record(two.replace(layers=2), env=env("none"), at="2026-01-05T00:00:00Z"))
     one = store.append(record(BASE.replace(mbs=2, gbs=4), env=env("none")))
     store.append(record(BASE.replace(layers=4, mbs=2, gbs=4), tags=["ch07"]))
-    store.append(record(BASE.replace(mbs=2, gbs=4), tags=["warmup"], at="2026-01-06T00:00:00Z"))  # newer, a warm-up
+    # newer, a warm-up
+    store.append(record(BASE.replace(mbs=2, gbs=4), tags=["warmup"], at="2026-01-06T00:00:00Z"))
     assert calibration.reference_link(store, "H200") == "NVLink (NV18)"
-    assert sorted(r["id"] for r in calibration.usable_records(store, "H200")) == sorted(r["id"] for r in [*ref, one])
+    assert sorted(r["id"] for r in calibration.usable_records(store, "H200")) == sorted(
+        r["id"] for r in [*ref, one]
+    )
 
 
 def test_families_name_the_most_specific_axis():
@@ -122,18 +161,25 @@ def test_the_books_records_calibrate_and_report_held_out_error():
     cal = calibration.calibrate()  # the repository's results store
     report = cal.report()
     held = report[(report["set"] == "held out") & (report["family"] == "all")].iloc[0]
-    assert held["n"] > 0 and math.isfinite(held["after_median"]) and math.isfinite(held["before_median"])
+    assert (
+        held["n"] > 0
+        and math.isfinite(held["after_median"])
+        and math.isfinite(held["before_median"])
+    )
     assert {"1 GPU", "DP", "TP"} <= set(report["family"])
     assert "held-out median |error|" in cal.summary() and cal.gpu == "H200"
     est = cal.predict(BASE.replace(gpus=2, tp=2, mbs=2, gbs=8))
     terms = ("compute_s", "host_s", "comm_s", "bubble_s", "optimizer_s")
     assert sum(est[t] for t in terms) == pytest.approx(est["total_s"]) and 0 < est["mfu"] < 1
-    assert sum(est["comm_by_axis_s"].values()) == pytest.approx(est["comm_s"]) and est["comm_by_axis_s"]["tp"] > 0
+    assert (
+        sum(est["comm_by_axis_s"].values()) == pytest.approx(est["comm_s"])
+        and est["comm_by_axis_s"]["tp"] > 0
+    )
 
 
 def test_a_held_constant_keeps_its_value_and_constrains_nothing(tmp_path):
-    """calibrate(fixed=...): gemm_width 0 is one GEMM efficiency for every width (the model before the width
-    term); the other constants are still fitted, and the held one counts no records."""
+    """calibrate(fixed=...): gemm_width 0 is one GEMM efficiency for every width (the model before
+    the width term); the other constants are still fitted, and the held one counts no records."""
     store = _synthetic(tmp_path)
     free, held = calibration.calibrate(store), calibration.calibrate(store, fixed={"gemm_width": 0})
     by_name = {c.name: c for c in held.constants}

@@ -1,4 +1,6 @@
-"""Chapter 00's tables and figures over small bench frames, and its host numbers over the committed records."""
+"""Chapter 00's tables and figures over small bench frames, and its host numbers over the committed
+records."""
+
 import json
 
 import pandas as pd
@@ -7,15 +9,33 @@ import pytest
 from megalab.book.chapters import ch00_know_your_machine as ch00
 from megalab.runs import presets
 
-TOPO = ("\t\x1b[4mGPU0\tGPU1\tCPU Affinity\x1b[0m\nGPU0\t X \tNV18\t0-63\nGPU1\tNV18\t X \t0-63\n\n"
-        "Legend:\n  SYS  = Connection traversing PCIe\n  NV#  = Connection traversing a bonded set of # NVLinks\n")
+TOPO = (
+    "\t\x1b[4mGPU0\tGPU1\tCPU Affinity\x1b[0m\nGPU0\t X \tNV18\t0-63\nGPU1\tNV18\t X \t0-63\n\n"
+    "Legend:\n  SYS  = Connection traversing PCIe\n  NV#  = Connection traversing a bonded set of "
+    "# NVLinks\n"
+)
 
 
 def _hbm():
-    rows = [("2026-01-01", 1 << 24, 4300.0), ("2026-01-02", 1 << 24, 4200.0), ("2026-01-02", 1 << 26, 3600.0),
-            ("2026-01-02", 1 << 32, 4270.0)]
-    return pd.DataFrame([{"bench": "hbm", "dtype": "bf16", "gpus": 1, "recorded_at": t, "size_bytes": s, "gbs": g}
-                         for t, s, g in rows])
+    rows = [
+        ("2026-01-01", 1 << 24, 4300.0),
+        ("2026-01-02", 1 << 24, 4200.0),
+        ("2026-01-02", 1 << 26, 3600.0),
+        ("2026-01-02", 1 << 32, 4270.0),
+    ]
+    return pd.DataFrame(
+        [
+            {
+                "bench": "hbm",
+                "dtype": "bf16",
+                "gpus": 1,
+                "recorded_at": t,
+                "size_bytes": s,
+                "gbs": g,
+            }
+            for t, s, g in rows
+        ]
+    )
 
 
 def _nccl():
@@ -23,15 +43,25 @@ def _nccl():
     for gpus in (2, 4):
         for op, bw in (("all_reduce", 330.0), ("all_to_all", 300.0)):
             for size, f in ((1 << 20, 0.1), (1 << 30, 1.0)):
-                rows.append({"bench": "nccl", "op": op, "dtype": "bf16", "gpus": gpus, "size_bytes": size,
-                             "busbw_gbs": bw * f, "correct": True, "recorded_at": "2026-01-01"})
+                rows.append(
+                    {
+                        "bench": "nccl",
+                        "op": op,
+                        "dtype": "bf16",
+                        "gpus": gpus,
+                        "size_bytes": size,
+                        "busbw_gbs": bw * f,
+                        "correct": True,
+                        "recorded_at": "2026-01-01",
+                    }
+                )
     return pd.DataFrame(rows)
 
 
 def test_latest_points_keeps_the_newest_recording_of_each_point():
     pts = ch00.latest_points(_hbm())
     assert len(pts) == 3
-    assert ch00.copy_tbs(pts, 1 << 24) == pytest.approx(4.2)   # the newer 16 MiB copy
+    assert ch00.copy_tbs(pts, 1 << 24) == pytest.approx(4.2)  # the newer 16 MiB copy
     assert ch00.copy_tbs(_hbm(), 1 << 32) == pytest.approx(4.27)
     with pytest.raises(KeyError, match="megalab bench --only hbm"):
         ch00.copy_tbs(_hbm(), 1 << 20)
@@ -40,7 +70,8 @@ def test_latest_points_keeps_the_newest_recording_of_each_point():
 def test_hbm_figure_shades_the_sizes_that_fit_in_l2():
     fig = ch00.hbm_figure(_hbm(), peak_tbs=4.8)
     rect = fig.layout.shapes[-1]
-    assert rect.x1 == pytest.approx(ch00.L2_MB * 1e6 / 2)   # source and destination together fill L2
+    # source and destination together fill L2
+    assert rect.x1 == pytest.approx(ch00.L2_MB * 1e6 / 2)
     assert rect.x0 < 1 << 24 < rect.x1 < 1 << 26
 
 
@@ -68,9 +99,18 @@ def test_links_reads_nvlink_counts_from_topo_and_ignores_the_legend():
 
 def test_host_probe_reads_the_store_file(tmp_path):
     (tmp_path / ch00.PROBE).parent.mkdir(parents=True)
-    probe = {"cpu_model": "Xeon", "cpu_count": 8, "vm": False, "gpu": "NVIDIA H200", "gpu_count": 2,
-             "nccl": "2.28.9", "torch": "2.11.0", "eager_launch_host_us": 7.0, "graph_kernel_wall_us": 1.0,
-             "topo": TOPO}
+    probe = {
+        "cpu_model": "Xeon",
+        "cpu_count": 8,
+        "vm": False,
+        "gpu": "NVIDIA H200",
+        "gpu_count": 2,
+        "nccl": "2.28.9",
+        "torch": "2.11.0",
+        "eager_launch_host_us": 7.0,
+        "graph_kernel_wall_us": 1.0,
+        "topo": TOPO,
+    }
     (tmp_path / ch00.PROBE).write_text(json.dumps(probe))
     got = ch00.host_probe(tmp_path)
     assert got["links"] == ["NV18"]
@@ -81,9 +121,20 @@ def test_host_probe_reads_the_store_file(tmp_path):
 
 
 def test_yours_reads_the_launch_point_just_measured_here():
-    launch = {"bench": "launch", "recorded_at": "2026-01-02", "eager_launch_host_us": 4.0,
-              "graph_kernel_wall_us": 0.5, "env": {"gpu_name": "NVIDIA H100", "gpu_count": 8, "torch": "2.11.0"},
-              "host": {"cpu_model": "EPYC", "cpu_count": 128, "vm": False, "nccl": "2.27.3", "topology": TOPO}}
+    launch = {
+        "bench": "launch",
+        "recorded_at": "2026-01-02",
+        "eager_launch_host_us": 4.0,
+        "graph_kernel_wall_us": 0.5,
+        "env": {"gpu_name": "NVIDIA H100", "gpu_count": 8, "torch": "2.11.0"},
+        "host": {
+            "cpu_model": "EPYC",
+            "cpu_count": 128,
+            "vm": False,
+            "nccl": "2.27.3",
+            "topology": TOPO,
+        },
+    }
     df = pd.DataFrame([{**launch, "source": "reference"}, {**launch, "source": "yours"}])
     mine = ch00.yours(df)
     assert mine["links"] == ["NV18"] and mine["cpu_count"] == 128
@@ -103,10 +154,18 @@ def test_the_committed_probe_is_the_4xh200_host():
 
 def _group():
     base = presets.get("gpt-1.2b").replace(gpus=2, tp=2, mbs=8, gbs=8)
-    rows = [(base.replace(cuda_graphs="te"), 110.0, [109.0, 111.0], 0.97), (base, 330.0, [360.0, 300.0], None),
-            (base.replace(tp=4, gpus=4, cuda_graphs="te"), 90.0, [90.0, 90.0], None)]
-    df = pd.DataFrame([{"cfg": c, "median_ms": m, "lo_ms": m - 5, "hi_ms": m + 5, "run_ms": r, "gpu_busy": b}
-                       for c, m, r, b in rows], index=[c.label for c, *_ in rows])
+    rows = [
+        (base.replace(cuda_graphs="te"), 110.0, [109.0, 111.0], 0.97),
+        (base, 330.0, [360.0, 300.0], None),
+        (base.replace(tp=4, gpus=4, cuda_graphs="te"), 90.0, [90.0, 90.0], None),
+    ]
+    df = pd.DataFrame(
+        [
+            {"cfg": c, "median_ms": m, "lo_ms": m - 5, "hi_ms": m + 5, "run_ms": r, "gpu_busy": b}
+            for c, m, r, b in rows
+        ],
+        index=[c.label for c, *_ in rows],
+    )
     df.attrs.update(name="ch02.tp", gpu_busy=0.97, profiled=rows[0][0].label)
     return df
 
@@ -126,6 +185,7 @@ def test_host_cost_is_the_step_graphs_remove_per_layer_and_micro_batch():
 
 def test_host_cost_of_the_recorded_group():
     from megalab.records import timings
+
     cost = ch00.host_cost(timings.group(None, ch00.GROUP, "H200"))
     assert cost["eager_ms"] > 2 * cost["graphs_ms"]
     assert cost["busy"] >= 0.7

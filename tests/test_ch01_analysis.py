@@ -1,5 +1,7 @@
-"""Chapter 01's tables: weak scaling from its comparison group, the all-reduce's predicted cost, memory per DP
-degree against theory, gradient accumulation's memory and the largest micro-batch, from the committed records."""
+"""Chapter 01's tables: weak scaling from its comparison group, the all-reduce's predicted cost,
+memory per DP degree against theory, gradient accumulation's memory and the largest micro-batch,
+from the committed records."""
+
 import pandas as pd
 import pytest
 
@@ -14,13 +16,22 @@ CH = chapters.data_parallel(4)
 def _group(dps=(1, 2, 4), ms=(400.0, 410.0, 420.0)):
     """A timings.group-shaped frame for gpt2-xl at 16 sequences per GPU; the widest row profiled."""
     cfgs = [c for c in CH["weak"] if c.dp in dps]
-    return pd.DataFrame({"cfg": cfgs, "median_ms": ms, "lo_ms": [m - 1 for m in ms], "hi_ms": [m + 1 for m in ms],
-                         "mfu": [0.4] * len(ms), "gpu_busy": [float("nan")] * (len(ms) - 1) + [0.95]})
+    return pd.DataFrame(
+        {
+            "cfg": cfgs,
+            "median_ms": ms,
+            "lo_ms": [m - 1 for m in ms],
+            "hi_ms": [m + 1 for m in ms],
+            "mfu": [0.4] * len(ms),
+            "gpu_busy": [float("nan")] * (len(ms) - 1) + [0.95],
+        }
+    )
 
 
 def test_weak_scaling_reads_efficiency_as_the_one_gpu_step_over_each_step():
     reduce = pd.DataFrame({"all-reduce (ms)": [10.0, 20.0]}, index=pd.Index([2, 4], name="GPUs"))
-    df = ch01.weak_scaling(_group().iloc[::-1], reduce)                       # any order in, fewest GPUs first out
+    # any order in, fewest GPUs first out
+    df = ch01.weak_scaling(_group().iloc[::-1], reduce)
     assert list(df["GPUs"]) == [1, 2, 4]
     assert df["efficiency"].tolist() == pytest.approx([1.0, 400 / 410, 400 / 420])
     assert df["predicted step (ms)"].tolist() == [400.0, 410.0, 420.0]
@@ -31,8 +42,8 @@ def test_weak_scaling_reads_efficiency_as_the_one_gpu_step_over_each_step():
 
 
 def test_the_recorded_group_scales_at_over_90_percent_and_one_all_reduce_explains_the_cost():
-    """ch01.dp-weak: each DP step is the one-GPU step plus about one predicted all-reduce (within 3 ms), the
-    GPU busy at least 70% of the profiled step: the lesson is GPU-bound."""
+    """ch01.dp-weak: each DP step is the one-GPU step plus about one predicted all-reduce (within 3
+    ms), the GPU busy at least 70% of the profiled step: the lesson is GPU-bound."""
     group = timings.group(None, "ch01.dp-weak", "H200")
     reduce = ch01.reduce_cost(CH["weak"])
     assert list(reduce.index) == [2, 4] and (reduce["GB per GPU"] > 6).all()
@@ -56,11 +67,20 @@ def test_memory_by_dp_matches_theory_within_a_few_percent_and_shards_the_optimiz
 
 def test_accumulation_keeps_the_memory_of_one_micro_batch():
     df = ch01.accumulation_memory([megalab.run(c, "cached") for c in CH["accumulation"]])
-    assert list(df["micro-batches"]) == [1, 2, 4, 8] and list(df["sequences per step"]) == [4, 8, 16, 32]
+    assert list(df["micro-batches"]) == [1, 2, 4, 8] and list(df["sequences per step"]) == [
+        4,
+        8,
+        16,
+        32,
+    ]
     assert df["measured (GiB)"].max() - df["measured (GiB)"].min() < 0.1
     assert df["predicted (GiB)"].nunique() == 1
     long = ch01.measured_and_predicted(df, "micro-batches")
-    assert set(long["kind"]) == {"measured", "predicted"} and len(long) == 8 and long["micro-batches"].iloc[0] == "1"
+    assert (
+        set(long["kind"]) == {"measured", "predicted"}
+        and len(long) == 8
+        and long["micro-batches"].iloc[0] == "1"
+    )
 
 
 def test_largest_micro_batch_table():
@@ -73,7 +93,11 @@ def test_largest_micro_batch_table():
 
 def test_eager_timings_name_each_run_and_whether_it_ran_alone():
     df = ch01.eager_timings({"weak, micro-batch 4": [megalab.run(c, "cached") for c in CH["weak"]]})
-    assert list(df["layout"]) == ["1 GPU", "DP 2", "DP 4"] and list(df["sequences per step"]) == [16, 32, 64]
+    assert list(df["layout"]) == ["1 GPU", "DP 2", "DP 4"] and list(df["sequences per step"]) == [
+        16,
+        32,
+        64,
+    ]
     assert set(df["alone on its host"]) <= {"yes", "no"} and (df["step (ms)"] > 100).all()
 
 
@@ -89,7 +113,8 @@ def test_evidence_tables_of_the_group_and_of_every_eager_run():
     assert (runs["runs"] >= 2).all() and runs["each run (ms)"].str.count(",").ge(1).all()
     assert runs["95% interval (±%)"].max() < 2 and runs["GPU busy"].iloc[-1] >= 0.7
     every = ch01.every_run(CH["weak"][:1])
-    assert len(every) >= 2 and every["step (ms)"].max() / every["step (ms)"].min() > 1.1   # eager repeats differ
+    # eager repeats differ
+    assert len(every) >= 2 and every["step (ms)"].max() / every["step (ms)"].min() > 1.1
 
 
 def test_show_heads_every_table_in_words():
@@ -97,5 +122,7 @@ def test_show_heads_every_table_in_words():
     html = ch01.show(reduce, "reduce").to_html()
     assert "All-reduce (ms)" in html and "all-reduce (ms)" not in html
     for kind, (columns, _) in ch01.SHOWN.items():
-        assert all(isinstance(h, str) and not h[0].islower() for h in
-                   (spec if isinstance(spec, str) else spec[0] for spec in columns.values())), kind
+        assert all(
+            isinstance(h, str) and not h[0].islower()
+            for h in (spec if isinstance(spec, str) else spec[0] for spec in columns.values())
+        ), kind

@@ -1,5 +1,6 @@
-"""Chapter 06's runs: the ones it reads are the same at every GPU count (tests/test_chapters.py: the store
-answers them); the trainer's change is reachable."""
+"""Chapter 06's runs: the ones it reads are the same at every GPU count (tests/test_chapters.py: the
+store answers them); the trainer's change is reachable."""
+
 import pytest
 
 import megalab
@@ -8,27 +9,33 @@ from megalab.records import profiles
 from megalab.book.chapters.ch06_expert_parallel import FUSIONS_AT
 from megalab.runs.config import RunConfig
 
+
 def _cfg(item) -> RunConfig:
     return item if isinstance(item, RunConfig) else item.cfg
 
 
 @pytest.mark.parametrize("gpus", [1, 2, 4, 8])
 def test_runs_are_the_same_at_every_gpu_count(gpus):
-    """The notebook reads the layouts of every recorded GPU count whatever `gpus` is; none of them is queued."""
+    """The notebook reads the layouts of every recorded GPU count whatever `gpus` is; none of them
+    is queued."""
     read = {_cfg(i).key for i in specs.items(chapters.runs("ch06", gpus))}
     assert read == {_cfg(i).key for i in specs.items(chapters.runs("ch06", 2))}
     assert not {_cfg(i).key for i in specs.items(chapters.pending("ch06", gpus))} & read
 
 
 def test_the_four_gpu_layouts_and_what_eight_queue():
-    """The four-GPU layouts hold ETP 2 x EP 2 (at two GPUs the layout has no ETP x EP), and are the four-GPU plan
-    less what it queues; the fits found 576 (EP 4) and 304 (DP + ZeRO) experts; 8 GPUs queue their plan whole."""
+    """The four-GPU layouts hold ETP 2 x EP 2 (at two GPUs the layout has no ETP x EP), and are the
+    four-GPU plan less what it queues; the fits found 576 (EP 4) and 304 (DP + ZeRO) experts; 8 GPUs
+    queue their plan whole."""
     from megalab.book.chapters.ch06_expert_parallel import pending
+
     four = chapters.runs("ch06", 2)["layouts"][4]
     assert [(c.etp, c.ep, c.gpus) for c in four["etp_ep"]] == [(2, 2, 4)]
     assert chapters.runs("ch06", 2)["layouts"][2]["etp_ep"] == []
     whole = {_cfg(i).key for i in specs.items(pending(4, recorded=True))}
-    assert whole - {_cfg(i).key for i in specs.items(pending(4))} == {_cfg(i).key for i in specs.items(four)}
+    assert whole - {_cfg(i).key for i in specs.items(pending(4))} == {
+        _cfg(i).key for i in specs.items(four)
+    }
     fits = {name: f.run("cached", quiet=True).largest for name, f in four["fit_experts"].items()}
     assert fits == {"EP": 576, "DP + dist. optimizer": 304}
     assert four["parity"][0].run("cached", quiet=True).passes
@@ -39,28 +46,43 @@ def test_micro_batch_sweep_keeps_the_global_batch():
     ch = chapters.runs("ch06", 2)
     for name in ("micro_batch", "micro_batch_dense"):
         assert {c.gbs for c in ch[name].values()} == {4} and sorted(ch[name]) == [1, 2, 4]
-    assert ch["micro_batch"][1] == ch["one_gpu"][64] and ch["micro_batch_dense"][1] == ch["dense_equal_active"]
+    assert (
+        ch["micro_batch"][1] == ch["one_gpu"][64]
+        and ch["micro_batch_dense"][1] == ch["dense_equal_active"]
+    )
 
 
 def test_the_older_trainer_is_reachable():
-    """Newest records are the fused trainer's; the ones before FUSIONS_AT answer 'before' for the same configs."""
+    """Newest records are the fused trainer's; the ones before FUSIONS_AT answer 'before' for the
+    same configs."""
     ch = chapters.runs("ch06", 2)
     moe, dense = (p.cfg for p in ch["profile_one_gpu"])
-    for cfg, profiled in ((moe, True), (dense, True), (ch["one_gpu"][64], False), (ch["dense_equal_active"], False),
-                          (ch["one_gpu"][128], False)):
+    for cfg, profiled in (
+        (moe, True),
+        (dense, True),
+        (ch["one_gpu"][64], False),
+        (ch["dense_equal_active"], False),
+        (ch["one_gpu"][128], False),
+    ):
         old = profiles.made_before(cfg, FUSIONS_AT, profiled=profiled)
         assert old["recorded_at"] < FUSIONS_AT and old["status"] == "ok"
     new = ch["profile_one_gpu"][0].run("cached", quiet=True).record
     assert new["recorded_at"] >= FUSIONS_AT
-    assert profiles.gpu_busy(new["profile"])["kernels"] < profiles.gpu_busy(
-        profiles.made_before(moe, FUSIONS_AT, profiled=True)["profile"])["kernels"]
+    assert (
+        profiles.gpu_busy(new["profile"])["kernels"]
+        < profiles.gpu_busy(profiles.made_before(moe, FUSIONS_AT, profiled=True)["profile"])[
+            "kernels"
+        ]
+    )
 
 
 def test_both_top2_runs_are_recorded_and_nothing_at_two_gpus_is_queued():
-    """The top-2 allgather run failed three times in TE 2.11 on zero tokens (sessions 12, 13 and 15); with
-    megalab.train.workarounds' guards it trained (session 16): both dispatchers' top-2 runs are read at two GPUs and
-    nothing there is queued; the expert-count fit searches (steps of 8 experts per EP rank) are read too."""
+    """The top-2 allgather run failed three times in TE 2.11 on zero tokens (sessions 12, 13 and
+    15); with megalab.train.workarounds' guards it trained (session 16): both dispatchers' top-2
+    runs are read at two GPUs and nothing there is queued; the expert-count fit searches (steps of 8
+    experts per EP rank) are read too."""
     from megalab.book.chapters.ch06_expert_parallel import pending
+
     assert pending(2) == {}
     two = chapters.runs("ch06", 2)["layouts"][2]
     assert set(two["dispatcher_topk"]) == {"alltoall", "allgather"}
@@ -69,26 +91,52 @@ def test_both_top2_runs_are_recorded_and_nothing_at_two_gpus_is_queued():
     ep, zo = two["fit_experts"]["EP"], two["fit_experts"]["DP + dist. optimizer"]
     assert (ep.vary, ep.step, ep.cfg.ep, zo.step, zo.cfg.dist_opt) == ("experts", 16, 2, 8, True)
     assert ep.window[0] <= ep.predicted <= ep.window[1] and ep.predicted % 16 == 0
-    assert (ep.run("cached", quiet=True).largest, zo.run("cached", quiet=True).largest) == (288, 224)
-    assert set(pending(2, recorded=True)) >= {"dp", "ep", "routing", "parity", "dispatcher_topk", "fit_experts"}
+    assert (ep.run("cached", quiet=True).largest, zo.run("cached", quiet=True).largest) == (
+        288,
+        224,
+    )
+    assert set(pending(2, recorded=True)) >= {
+        "dp",
+        "ep",
+        "routing",
+        "parity",
+        "dispatcher_topk",
+        "fit_experts",
+    }
 
 
-# issue 24's chapter-06 rows of the seed tutorial's 8xH100 table, to record on 8 GPUs at global batch 32:
-# (experts, ep, etp, distributed optimizer); DP 8 throughout (tp = pp = cp = 1). DP at 128 and 256 experts is read
-# as the chapter's DP rows at those counts are: with the distributed optimizer (without it 256 experts cannot fit)
-SEED_ROWS_8 = [(64, 1, 1, False), (64, 1, 1, True), (64, 8, 1, False),
-               (128, 1, 1, True), (128, 8, 1, False), (256, 1, 1, True), (256, 8, 1, False),
-               (256, 4, 2, False), (256, 2, 4, False)]
+# issue 24's chapter-06 rows of the seed tutorial's 8xH100 table, to record on 8 GPUs at global
+# batch 32: (experts, ep, etp, distributed optimizer); DP 8 throughout (tp = pp = cp = 1). DP at 128
+# and 256 experts is read as the chapter's DP rows at those counts are: with the distributed
+# optimizer (without it 256 experts cannot fit)
+SEED_ROWS_8 = [
+    (64, 1, 1, False),
+    (64, 1, 1, True),
+    (64, 8, 1, False),
+    (128, 1, 1, True),
+    (128, 8, 1, False),
+    (256, 1, 1, True),
+    (256, 8, 1, False),
+    (256, 4, 2, False),
+    (256, 2, 4, False),
+]
 
 
 def test_every_seed_row_is_queued_at_eight_gpus_and_valid():
-    """Each seed row is a plain timed run of pending(8) (top-8, alltoall, auxiliary loss), one Megatron accepts:
-    with ETP, expert DP = 8 / (ep * etp)."""
+    """Each seed row is a plain timed run of pending(8) (top-8, alltoall, auxiliary loss), one
+    Megatron accepts: with ETP, expert DP = 8 / (ep * etp)."""
     from megalab.book.chapters.ch06_expert_parallel import pending
+
     timed = [i for i in specs.items(pending(8)) if isinstance(i, RunConfig)]
     for experts, ep, etp, dist_opt in SEED_ROWS_8:
-        found = [c for c in timed if (c.experts, c.ep, c.etp, c.dp, c.dist_opt, c.gbs, c.gpus) ==
-                 (experts, ep, etp, 8, dist_opt, 32, 8) and (c.topk, c.moe_dispatcher, c.moe_balance) ==
-                 (8, "alltoall", "aux_loss")]
-        assert found, f"no pending(8) run for {experts} experts, EP {ep} x ETP {etp}, dist_opt={dist_opt}"
+        found = [
+            c
+            for c in timed
+            if (c.experts, c.ep, c.etp, c.dp, c.dist_opt, c.gbs, c.gpus)
+            == (experts, ep, etp, 8, dist_opt, 32, 8)
+            and (c.topk, c.moe_dispatcher, c.moe_balance) == (8, "alltoall", "aux_loss")
+        ]
+        assert found, (
+            f"no pending(8) run for {experts} experts, EP {ep} x ETP {etp}, dist_opt={dist_opt}"
+        )
         assert all(c.problems() == [] for c in found)

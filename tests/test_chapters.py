@@ -1,4 +1,6 @@
-"""megalab.book.chapters, megalab.book.specs, megalab.book.recording: each chapter's runs, and the GPU plan printed from them."""
+"""megalab.book.chapters, megalab.book.specs, megalab.book.recording: each chapter's runs, and the
+GPU plan printed from them."""
+
 from pathlib import Path
 
 import pytest
@@ -32,7 +34,8 @@ def test_chapters_scale_with_the_gpu_count(gpus):
 
 
 def test_fit_window_brackets_the_prediction():
-    """gpt2-xl on one GPU: theory's largest micro-batch sits inside the probe window, on both cards."""
+    """gpt2-xl on one GPU: theory's largest micro-batch sits inside the probe window, on both
+    cards."""
     base = chapters.data_parallel()["one_gpu"]
     for gpu, (lo_max, hi_min) in (("H200", (42, 42)), ("H100", (19, 19))):
         fit = specs.Fit(base, "mbs", gpu)
@@ -46,43 +49,60 @@ def test_fit_window_brackets_the_prediction():
 def test_plan_orders_baselines_first_and_parity_after_its_references(tmp_path):
     lines = recording.plan("ch02", gpus=4, store=Store(tmp_path))
     group = chapters.tensor_parallel(4)["groups"]["tp"]
-    assert lines[:len(group.plan_lines())] == group.plan_lines()            # the comparison group first, whole
-    lines = lines[len(group.plan_lines()):]
-    assert lines[0].startswith("ch02! ") and "--tp 1 " in lines[0]          # a timing baseline, alone
+    # the comparison group first, whole
+    assert lines[: len(group.plan_lines())] == group.plan_lines()
+    lines = lines[len(group.plan_lines()) :]
+    # a timing baseline, alone
+    assert lines[0].startswith("ch02! ") and "--tp 1 " in lines[0]
     wait = lines.index("wait")
-    assert all(" parity " in f" {line} " for line in lines[wait + 1:])
+    assert all(" parity " in f" {line} " for line in lines[wait + 1 :])
     refs = [line for line in lines if line.startswith("ch02-ref ")]
-    assert len(refs) == 2 and refs[0] == refs[1]                             # two repeats: the spread
+    # two repeats: the spread
+    assert len(refs) == 2 and refs[0] == refs[1]
     assert any(line.endswith("--profile") for line in lines)
-    assert len(lines) - lines.count("wait") - 1 == len(set(lines) - {"wait"})  # only the reference repeats
+    # only the reference repeats
+    assert len(lines) - lines.count("wait") - 1 == len(set(lines) - {"wait"})
 
 
 GPU_COUNTS = (1, 2, 4, 8)
 
 
 def _gpu_models(found) -> list:
-    """The GPU models a chapter's runs are planned on (a fit sized for an H100 belongs to H100 hosts)."""
-    return sorted({getattr(i, "gpu", None) or "H200" for i in [*specs.items(found), *specs.groups(found)]})
+    """The GPU models a chapter's runs are planned on (a fit sized for an H100 belongs to H100
+    hosts)."""
+    return sorted(
+        {getattr(i, "gpu", None) or "H200" for i in [*specs.items(found), *specs.groups(found)]}
+    )
 
 
 def _keys(found) -> set:
-    """(kind, key): a fit, a parity pair or a profiled run shares its configuration's key, not its records."""
-    return {(type(i).__name__, (i if isinstance(i, RunConfig) else i.cfg).key) for i in specs.items(found)}
+    """(kind, key): a fit, a parity pair or a profiled run shares its configuration's key, not its
+    records."""
+    return {
+        (type(i).__name__, (i if isinstance(i, RunConfig) else i.cfg).key)
+        for i in specs.items(found)
+    }
 
 
 def _notebook_gpus(chapter: str) -> int:
     """The GPU count a chapter's notebook reads its runs at (`gpus` in its parameters cell)."""
     import re
+
     (folder,) = (Path(__file__).parents[1] / "book").glob(f"{chapter[2:]}_*/")
-    notebook = folder / f"{folder.name[3:]}.ipynb"      # book/NN_<topic>/<topic>.ipynb, the chapter's page
+    # book/NN_<topic>/<topic>.ipynb, the chapter's page
+    notebook = folder / f"{folder.name[3:]}.ipynb"
     return int(re.search(r"gpus: int = (\d+)", notebook.read_text()).group(1))
 
 
 def _read_at() -> list:
-    """(chapter, gpus): every GPU count where a chapter splits its runs into read and queued (`pending`);
-    otherwise the count its notebook reads (a chapter without `pending` plans more GPUs than it has records)."""
-    return [(key, gpus) for key, module in chapters.CHAPTERS.items()
-            for gpus in (GPU_COUNTS if hasattr(module, "pending") else (_notebook_gpus(key),))]
+    """(chapter, gpus): every GPU count where a chapter splits its runs into read and queued
+    (`pending`); otherwise the count its notebook reads (a chapter without `pending` plans more GPUs
+    than it has records)."""
+    return [
+        (key, gpus)
+        for key, module in chapters.CHAPTERS.items()
+        for gpus in (GPU_COUNTS if hasattr(module, "pending") else (_notebook_gpus(key),))
+    ]
 
 
 def _subsequence(part: list, whole: list) -> bool:
@@ -92,26 +112,34 @@ def _subsequence(part: list, whole: list) -> bool:
 
 @pytest.mark.parametrize("chapter, gpus", _read_at())
 def test_the_store_answers_every_run_the_chapter_reads(chapter, gpus):
-    """What a notebook reads (`chapters.runs`) is recorded: the plan printed with --missing is the chapter's
-    plan less what the store answers, and that leaves only the comparison groups whose records are not
-    imported yet (each group whole, or not at all), on every GPU model the chapter plans for."""
+    """What a notebook reads (`chapters.runs`) is recorded: the plan printed with --missing is the
+    chapter's plan less what the store answers, and that leaves only the comparison groups whose
+    records are not imported yet (each group whole, or not at all), on every GPU model the chapter
+    plans for."""
     found = chapters.runs(chapter, gpus)
     for gpu in _gpu_models(found):
         missing = recording.plan(chapter, gpus, gpu, missing_only=True)
         assert _subsequence(missing, recording.plan(chapter, gpus, gpu))
-        waiting = [line for g in specs.groups(found) if (getattr(g, "gpu", None) or "H200") == gpu
-                   and not recording.is_recorded(g) for line in g.plan_lines()]
+        waiting = [
+            line
+            for g in specs.groups(found)
+            if (getattr(g, "gpu", None) or "H200") == gpu and not recording.is_recorded(g)
+            for line in g.plan_lines()
+        ]
         assert missing == waiting, (chapter, gpus, gpu)
 
 
 @pytest.mark.parametrize("gpus", GPU_COUNTS)
 @pytest.mark.parametrize("chapter", list(chapters.CHAPTERS))
 def test_pending_is_the_plan_less_what_is_recorded(chapter, gpus):
-    """What a chapter queues (`chapters.pending`) is what the store does not answer yet: none of it is read by
-    the notebook, and none of it is recorded (a run whose records are imported moves into `runs`)."""
+    """What a chapter queues (`chapters.pending`) is what the store does not answer yet: none of it
+    is read by the notebook, and none of it is recorded (a run whose records are imported moves into
+    `runs`)."""
     queued = chapters.pending(chapter, gpus)
     assert not _keys(queued) & _keys(chapters.runs(chapter, gpus))
-    answered = [i for i in [*specs.items(queued), *specs.groups(queued)] if recording.is_recorded(i)]
+    answered = [
+        i for i in [*specs.items(queued), *specs.groups(queued)] if recording.is_recorded(i)
+    ]
     assert answered == [], (chapter, gpus)
 
 
@@ -119,7 +147,7 @@ def test_the_80gb_fit_belongs_to_the_h100_plan():
     """The H100 fit is planned for H100 hosts only."""
     h100 = recording.plan("ch01", gpu="H100")
     assert h100 and all(" fit " in f" {line} " for line in h100)
-    assert "--lo 19 --hi 23" in h100[0]                       # a window around theory's 21 on 80 GB
+    assert "--lo 19 --hi 23" in h100[0]  # a window around theory's 21 on 80 GB
     assert not any(line in recording.plan("ch01") for line in h100)
 
 
@@ -131,6 +159,7 @@ def test_unknown_chapter():
 def test_searches_are_sized_for_the_gpu_that_runs_them(monkeypatch):
     """Cached: the reference GPU. Live on an 80 GB H100: the H100's window, not the H200's."""
     import megalab.machine.env
+
     assert specs.sizing_gpu("cached") == "H200"
     monkeypatch.setattr(megalab.machine.env, "local_gpus", lambda: ("NVIDIA H100 80GB HBM3", 8))
     assert specs.sizing_gpu("auto") == "H100"
@@ -144,8 +173,14 @@ def test_a_run_in_two_series_is_planned_once_and_alone(tmp_path):
     lines = recording.plan("ch01", store=Store(tmp_path))
     runs = [line.split(" ", 1)[1] for line in lines if line.startswith(("ch01 --", "ch01! --"))]
     assert len(runs) == len(set(runs))
-    baseline = [line for line in lines if "--gpus 1 " in line and "--mbs 4 --gbs 16 " in line and " parity" not in line
-                and "--iters 20 " in line]
+    baseline = [
+        line
+        for line in lines
+        if "--gpus 1 " in line
+        and "--mbs 4 --gbs 16 " in line
+        and " parity" not in line
+        and "--iters 20 " in line
+    ]
     assert baseline and all(line.startswith("ch01! ") for line in baseline)
 
 
@@ -158,7 +193,9 @@ def test_a_failed_record_is_not_recorded(tmp_path):
     assert recording.is_recorded(cfg, store)
 
 
-@pytest.mark.parametrize("name", ["ch01", "01", "1", "01_data_parallel", "data_parallel", "book/01_data_parallel/"])
+@pytest.mark.parametrize(
+    "name", ["ch01", "01", "1", "01_data_parallel", "data_parallel", "book/01_data_parallel/"]
+)
 def test_a_chapter_has_one_key_under_every_name_a_reader_uses(name):
     assert chapters.resolve(name) == "ch01"
 
@@ -170,34 +207,47 @@ def test_an_unknown_chapter_names_the_valid_ones():
 
 def test_runs_by_name_are_the_chapter_modules_runs():
     assert chapters.runs("02", 2) == chapters.tensor_parallel(2)
-    assert chapters.pending("ch01") == {}   # a chapter module without `pending` queues nothing
+    assert chapters.pending("ch01") == {}  # a chapter module without `pending` queues nothing
 
 
 def test_every_chapter_module_is_small_and_defines_runs_only():
     for key, module in chapters.CHAPTERS.items():
-        public = {n for n in vars(module) if not n.startswith("_") and callable(getattr(module, n))
-                  and getattr(getattr(module, n), "__module__", None) == module.__name__}
+        public = {
+            n
+            for n in vars(module)
+            if not n.startswith("_")
+            and callable(getattr(module, n))
+            and getattr(getattr(module, n), "__module__", None) == module.__name__
+        }
         assert public <= {"runs", "pending"}, (key, public)
 
 
-# -- comparison groups ---------------------------------------------------------------------------------
-AXIS_PLAN = Path(__file__).parent / "data" / "axis_plan.txt"   # the first comparison groups' plan (4x H200)
+# -- comparison groups
+# --------------------------------------------------------------------------------- the first
+# comparison groups' plan (4x H200)
+AXIS_PLAN = Path(__file__).parent / "data" / "axis_plan.txt"
 
 
 def test_chapter_groups_print_the_recorded_plan():
     """ch02's, ch05's and ch01's groups print the plan their records come from, line for line: each
-    configuration alone, alternated A B C A B C, tagged group.<chapter>.<lesson>, then the profiled run;
-    a warm-up run (the group's widest configuration) before each group."""
-    lines = [line for chapter in ("ch02", "ch05", "ch01") for g in specs.groups(chapters.runs(chapter, 4))
-             for line in g.plan_lines()]
+    configuration alone, alternated A B C A B C, tagged group.<chapter>.<lesson>, then the profiled
+    run; a warm-up run (the group's widest configuration) before each group."""
+    lines = [
+        line
+        for chapter in ("ch02", "ch05", "ch01")
+        for g in specs.groups(chapters.runs(chapter, 4))
+        for line in g.plan_lines()
+    ]
     want = [line for line in AXIS_PLAN.read_text().splitlines() if line.startswith("group.")]
     assert [line for line in lines if line.startswith("group.")] == want
     starts = [i for i, line in enumerate(lines) if line.startswith("warmup! ")]
     assert len(starts) == 3 and starts[0] == 0
     for i in starts:
         tag = lines[i + 1].split(" ", 1)[0]
-        block = lines[i + 1:next((j for j in starts if j > i), len(lines))]
-        assert all(line.split(" ", 1)[0] == tag for line in block) and block[-1].endswith(" --profile")
+        block = lines[i + 1 : next((j for j in starts if j > i), len(lines))]
+        assert all(line.split(" ", 1)[0] == tag for line in block) and block[-1].endswith(
+            " --profile"
+        )
         assert "--iters 20 " in lines[i] and all("--iters 40 " in line for line in block)
 
 
@@ -225,16 +275,26 @@ def test_a_group_needs_distinct_configurations_two_rounds_and_a_member_profiled(
 
 def test_a_group_is_recorded_when_every_configuration_ran_each_round_and_its_profile(tmp_path):
     from run_records import record
+
     group = chapters.pipeline_parallel(2)["groups"]["vpp"]
     store = Store(tmp_path)
     assert not recording.is_recorded(group, store)
-    assert recording.plan("ch05", missing_only=True, store=store)[:len(group.plan_lines())] == group.plan_lines()
-    runs = [record(c, tags=[group.tag], at=f"2030-01-01T00:0{i}:00Z") for i, c in enumerate(group.configs * 2)]
+    assert (
+        recording.plan("ch05", missing_only=True, store=store)[: len(group.plan_lines())]
+        == group.plan_lines()
+    )
+    runs = [
+        record(c, tags=[group.tag], at=f"2030-01-01T00:0{i}:00Z")
+        for i, c in enumerate(group.configs * 2)
+    ]
     for r in runs[:-1]:
         store.append(r)
-    assert not recording.is_recorded(group, store)                         # one round short
+    assert not recording.is_recorded(group, store)  # one round short
     store.append(runs[-1])
-    assert not recording.is_recorded(group, store)                         # no profiled run
+    assert not recording.is_recorded(group, store)  # no profiled run
     store.append(record(group.configs[1], tags=[group.tag, "profile"], at="2030-01-01T00:09:00Z"))
     assert recording.is_recorded(group, store)
-    assert not any(line.startswith(group.tag) for line in recording.plan("ch05", missing_only=True, store=store))
+    assert not any(
+        line.startswith(group.tag)
+        for line in recording.plan("ch05", missing_only=True, store=store)
+    )

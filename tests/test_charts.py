@@ -1,5 +1,7 @@
 """charts (the package): every public name is re-exported, every call the book makes resolves, the
-renderer works, and importing it changes nothing. The figures are tested in tests/test_charts_<module>.py."""
+renderer works, and importing it changes nothing. The figures are tested in
+tests/test_charts_<module>.py."""
+
 import json
 import re
 import subprocess
@@ -16,11 +18,25 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_all_names_resolve_and_every_module_is_reexported():
     assert all(hasattr(charts, name) for name in charts.__all__)
-    modules = ["breakdown", "compare", "machine", "matrix", "parity", "scaling", "spread", "timeline"]
+    modules = [
+        "breakdown",
+        "compare",
+        "machine",
+        "matrix",
+        "parity",
+        "scaling",
+        "spread",
+        "timeline",
+    ]
     for mod in modules:
         module = __import__(f"megalab.charts.{mod}", fromlist=["_"])
-        public = [n for n, v in vars(module).items()
-                  if callable(v) and not n.startswith("_") and getattr(v, "__module__", "") == module.__name__]
+        public = [
+            n
+            for n, v in vars(module).items()
+            if callable(v)
+            and not n.startswith("_")
+            and getattr(v, "__module__", "") == module.__name__
+        ]
         assert public and set(public) <= set(charts.__all__), mod
 
 
@@ -32,9 +48,12 @@ def test_every_call_in_the_book_and_lib_resolves():
 
 
 def test_import_has_no_side_effects():
-    code = ("import sys, plotly.io as pio; before = pio.renderers.default; import megalab.charts; "
-            "assert pio.renderers.default == before and 'megalab' not in pio.renderers; "
-            "assert not {'torch', 'megalab.runs.config', 'megalab.metrics'} & set(sys.modules), sys.modules.keys()")
+    code = (
+        "import sys, plotly.io as pio; before = pio.renderers.default; import megalab.charts; "
+        "assert pio.renderers.default == before and 'megalab' not in pio.renderers; "
+        "assert not {'torch', 'megalab.runs.config', 'megalab.metrics'} & set(sys.modules), "
+        "sys.modules.keys()"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

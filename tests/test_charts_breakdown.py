@@ -1,4 +1,5 @@
 """charts.breakdown: memory per GPU and step time as stacked parts."""
+
 import plotly.graph_objects as go
 
 from megalab import charts
@@ -8,7 +9,13 @@ def test_memory_breakdown_stacks_prediction_beside_measurement():
     pred = {"weights": 2.0, "grads": 2.0, "optimizer": 12.0, "activations": 5.0, "total": 21.0}
     fig = charts.memory_breakdown(pred, {"allocated": 20.1}, capacity_gib=80)
     assert isinstance(fig, go.Figure)
-    assert [t.name for t in fig.data] == ["weights", "grads", "optimizer", "activations", "measured allocated"]
+    assert [t.name for t in fig.data] == [
+        "weights",
+        "grads",
+        "optimizer",
+        "activations",
+        "measured allocated",
+    ]
     assert fig.layout.barmode == "stack"
     assert fig.layout.yaxis.title.text == "GiB per GPU"
     assert fig.layout.shapes[0].y0 == 80

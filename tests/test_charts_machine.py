@@ -1,4 +1,5 @@
 """charts.machine: matmul, HBM and NCCL bandwidth against size, and the roofline."""
+
 import pandas as pd
 import pytest
 
@@ -11,8 +12,15 @@ def _nccl():
         for gpus in (2, 4):
             for p in range(10, 31, 4):
                 size = 1 << p
-                rows.append({"op": op, "gpus": gpus, "size_bytes": size,
-                             "busbw_gbs": 300 * size / (size + 2**22), "source": "reference"})
+                rows.append(
+                    {
+                        "op": op,
+                        "gpus": gpus,
+                        "size_bytes": size,
+                        "busbw_gbs": 300 * size / (size + 2**22),
+                        "source": "reference",
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -20,12 +28,15 @@ def test_bandwidth_vs_size_log_log_with_peak_and_regions():
     fig = charts.bandwidth_vs_size(_nccl())
     assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
     assert {t.name for t in fig.data} == {"2 GPUs (reference)", "4 GPUs (reference)"}
-    assert len(fig.data) == 4   # 2 ops x 2 GPU counts
+    assert len(fig.data) == 4  # 2 ops x 2 GPU counts
     assert any("peak" in a.text for a in fig.layout.annotations)
-    assert any(a.text.startswith("latency-bound:<br>below n½ = ") for a in fig.layout.annotations)   # n½ named
+    # n½ named
+    assert any(a.text.startswith("latency-bound:<br>below n½ = ") for a in fig.layout.annotations)
     peak = next(a for a in fig.layout.annotations if a.text.startswith("peak"))
-    assert peak.ay > 0 and peak.ax == 0                          # below the curves' flat end, not over them
-    assert {"all-reduce", "all-gather"} <= {a.text for a in fig.layout.annotations}   # words, not column names
+    # below the curves' flat end, not over them
+    assert peak.ay > 0 and peak.ax == 0
+    # words, not column names
+    assert {"all-reduce", "all-gather"} <= {a.text for a in fig.layout.annotations}
     assert fig.layout.yaxis.title.text == "bus bandwidth (GB/s)"
 
 

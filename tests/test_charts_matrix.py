@@ -1,4 +1,5 @@
 """charts.matrix: a matrix as coloured cells."""
+
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -6,7 +7,9 @@ from megalab import charts
 
 
 def test_heatmap_from_a_dataframe_labels_cells_and_centres_the_scale():
-    tokens = pd.DataFrame([[100, 140, 60, 100], [90, 110, 120, 80]], index=[0, 1], columns=[0, 1, 2, 3])
+    tokens = pd.DataFrame(
+        [[100, 140, 60, 100], [90, 110, 120, 80]], index=[0, 1], columns=[0, 1, 2, 3]
+    )
     fig = charts.heatmap(tokens, "expert", "layer", center=100, text_format=".0f", z_title="tokens")
     assert isinstance(fig, go.Figure) and [t.type for t in fig.data] == ["heatmap"]
     h = fig.data[0]

@@ -26,6 +26,7 @@ def test_defaults_are_valid_and_derived_sizes():
 
 def test_every_field_is_documented():
     import dataclasses
+
     assert all(f.metadata["doc"] for f in dataclasses.fields(RunConfig))
 
 
@@ -58,14 +59,19 @@ def test_key_is_stable():
     assert len(BASE.key) == 16
 
 
-# -- validation: each rule fires with a message naming what to change ---------------------------------
+# -- validation: each rule fires with a message naming what to change
+# ---------------------------------
 RULES = [
     (dict(gpus=6, tp=4), "gpus=6 is not divisible by tp*pp*cp=4"),
     (dict(tp=3, gpus=3), "tp=3 does not divide heads=8: pick tp from 1, 2, 4, 8"),
     (dict(query_groups=3), "query_groups=3 does not divide heads=8"),
-    (dict(query_groups=2, tp=8, gpus=8, heads=16), None),  # tp a multiple of groups: Megatron replicates kv
+    # tp a multiple of groups: Megatron replicates kv
+    (dict(query_groups=2, tp=8, gpus=8, heads=16), None),
     (dict(query_groups=4, tp=8, gpus=8, heads=24, hidden=384), None),
-    (dict(query_groups=6, heads=24, hidden=384, tp=4, gpus=4), "tp=4 must divide or be a multiple of query_groups=6"),
+    (
+        dict(query_groups=6, heads=24, hidden=384, tp=4, gpus=4),
+        "tp=4 must divide or be a multiple of query_groups=6",
+    ),
     (dict(hidden=250), "heads=8 does not divide hidden=250"),
     (dict(hidden=264, heads=24, position="rope"), "rope needs an even head size"),
     (dict(ffn=1000, tp=16, gpus=16, heads=16), "tp=16 does not divide ffn=1000"),
@@ -81,7 +87,10 @@ RULES = [
     (dict(cp=2, gpus=2, impl="local"), "cp=2 needs impl te"),
     (dict(cp=4, gpus=4, seq=260), "seq divisible by 2*cp=8"),
     (dict(cp=2, gpus=2, cp_comm="a2a", heads=6, hidden=384), None),
-    (dict(cp=4, gpus=4, cp_comm="a2a", heads=6, hidden=384), "needs heads/tp=6 and query_groups/tp=6 divisible by 4"),
+    (
+        dict(cp=4, gpus=4, cp_comm="a2a", heads=6, hidden=384),
+        "needs heads/tp=6 and query_groups/tp=6 divisible by 4",
+    ),
     (dict(cp=2, gpus=2, cp_comm="a2a+p2p"), "use an even cp >= 4"),
     (dict(ep=2, gpus=2), "ep=2 needs a MoE model"),
     (dict(experts=6, ep=4, gpus=4), "ep=4 does not divide experts=6"),
@@ -93,29 +102,54 @@ RULES = [
     (dict(fp8=True, impl="local"), "fp8 needs impl te"),
     (dict(fp8=True, seq=260), "fp8 needs seq/cp*mbs=260 divisible by 8"),
     (dict(fp8=True, hidden=264, heads=8), "fp8 needs hidden=264 divisible by 16"),
-    (dict(fp8=True, hidden=512, tp=8, gpus=8), None),  # hidden/tp = 64, ffn/tp = 256: multiples of 16
+    # hidden/tp = 64, ffn/tp = 256: multiples of 16
+    (dict(fp8=True, hidden=512, tp=8, gpus=8), None),
     (dict(fp8=True, hidden=320, heads=8, tp=8, gpus=8), "fp8 needs hidden/tp=40 divisible by 16"),
     (dict(norm="rmsnorm"), "norm='rmsnorm' is not supported: pick one of LayerNorm, RMSNorm"),
     (dict(mbs=0), "mbs=0 must be at least 1"),
     (dict(dropout=1.0), "dropout=1.0 must be in [0, 1)"),
-    (dict(norm="RMSNorm", activation="swiglu", position="rope", impl="local", recompute="selective"), None),
+    (
+        dict(
+            norm="RMSNorm",
+            activation="swiglu",
+            position="rope",
+            impl="local",
+            recompute="selective",
+        ),
+        None,
+    ),
     (dict(cuda_graphs="te"), None),
     (dict(cuda_graphs="local", impl="local"), "cuda_graphs=local needs impl te"),
     (dict(cuda_graphs="te", recompute="full"), "cuda_graphs with recompute full"),
     (dict(cuda_graphs="te", recompute="selective"), None),
-    (dict(cuda_graphs="te", recompute="selective", dropout=0.1), "cuda_graphs with selective recompute of core_attn and dropout=0.1"),
-    (dict(cuda_graphs="local", recompute="selective", recompute_modules="mlp", dropout=0.1), "selective recompute of mlp"),
+    (
+        dict(cuda_graphs="te", recompute="selective", dropout=0.1),
+        "cuda_graphs with selective recompute of core_attn and dropout=0.1",
+    ),
+    (
+        dict(cuda_graphs="local", recompute="selective", recompute_modules="mlp", dropout=0.1),
+        "selective recompute of mlp",
+    ),
     (dict(cuda_graphs="local", experts=4), "MoE layers with CUDA graphs: use --cuda-graphs te"),
     (dict(cuda_graphs="te", experts=4), None),
     (dict(recompute="selective", recompute_modules="mlp"), None),
     (dict(recompute="selective", recompute_modules="core_attn,mlp"), None),
     (dict(recompute_modules="mlp"), "recompute_modules=mlp needs recompute selective"),
-    (dict(recompute="selective", recompute_modules="mlp,attn"), "name each module once, comma-separated, from core_attn"),
+    (
+        dict(recompute="selective", recompute_modules="mlp,attn"),
+        "name each module once, comma-separated, from core_attn",
+    ),
     (dict(recompute="selective", recompute_modules="mlp,mlp"), "name each module once"),
-    (dict(recompute="selective", recompute_modules="moe_act"), "recompute of moe or moe_act needs a MoE model"),
+    (
+        dict(recompute="selective", recompute_modules="moe_act"),
+        "recompute of moe or moe_act needs a MoE model",
+    ),
     (dict(moe_balance="none"), "moe_balance=none needs a MoE model"),
     (dict(moe_balance="force", experts=4), None),
-    (dict(moe_balance="even", experts=4), "moe_balance='even' is not supported: pick one of aux_loss, force, none"),
+    (
+        dict(moe_balance="even", experts=4),
+        "moe_balance='even' is not supported: pick one of aux_loss, force, none",
+    ),
 ]
 
 
@@ -133,9 +167,18 @@ def test_hardware_and_installation_checks_only_when_asked():
     assert problems(c) == []
     found = problems(c, gpus_available=4, te_available=False, gpu_name="NVIDIA A100-SXM4-80GB")
     assert any("only 4 are available" in p for p in found)
-    assert "Transformer Engine is not installed: pass --impl local, or install it (make gpu-setup)" in found
+    assert (
+        "Transformer Engine is not installed: pass --impl local, or install it (make gpu-setup)"
+        in found
+    )
     assert any("fp8 needs an Ada, Hopper or Blackwell GPU" in p for p in found)
-    for gpu in ("NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA B200", "NVIDIA GB200", "NVIDIA L40S"):
+    for gpu in (
+        "NVIDIA H100 80GB HBM3",
+        "NVIDIA H200",
+        "NVIDIA B200",
+        "NVIDIA GB200",
+        "NVIDIA L40S",
+    ):
         assert problems(c, gpus_available=8, te_available=True, gpu_name=gpu) == []
     assert problems(BASE.replace(impl="local"), te_available=False) == []
 
@@ -165,9 +208,13 @@ def test_unknown_preset_lists_the_available_ones(capsys):
     assert "unknown preset 'gpt-9t': pick one of gpt-tiny" in capsys.readouterr().err
 
 
-LAYOUTS = [dict(), dict(gpus=4, tp=2, pp=2, vpp=2, gbs=8, sp=True), dict(gpus=8, cp=2, cp_comm="a2a", fp8=True),
-           dict(dist_opt=True, overlap=True, recompute="selective", impl="local", init="megatron"),
-           dict(lr=1.5e-4, dropout=0.1, seed=7, iters=3, data="/data/web_text_document", untied=None)]
+LAYOUTS = [
+    dict(),
+    dict(gpus=4, tp=2, pp=2, vpp=2, gbs=8, sp=True),
+    dict(gpus=8, cp=2, cp_comm="a2a", fp8=True),
+    dict(dist_opt=True, overlap=True, recompute="selective", impl="local", init="megatron"),
+    dict(lr=1.5e-4, dropout=0.1, seed=7, iters=3, data="/data/web_text_document", untied=None),
+]
 
 
 @pytest.mark.parametrize("name", presets.names())
@@ -176,38 +223,53 @@ def test_config_to_args_round_trips(name, layout):
     change = {k: v for k, v in LAYOUTS[layout].items() if k != "untied"}
     c = presets.get(name).replace(**change)
     if "untied" in LAYOUTS[layout]:
-        c = c.replace(tied_embeddings=not c.tied_embeddings, moe_dispatcher="allgather", ffn=c.ffn_size)
+        c = c.replace(
+            tied_embeddings=not c.tied_embeddings, moe_dispatcher="allgather", ffn=c.ffn_size
+        )
     assert parse(config_to_args(c)) == c
     assert all(isinstance(a, str) for a in config_to_args(c))
 
 
 def test_a_field_added_later_keeps_old_keys():
-    """compile was added after records existed: at its default it stays out of the key (old records match)."""
+    """compile was added after records existed: at its default it stays out of the key (old records
+    match)."""
     c = presets.get("gpt-1.2b").replace(gpus=4, tp=2, mbs=4, gbs=16)
     assert c.replace(compile=True).key == "97dca4979886cdb2" != c.replace(compile=False).key
-    assert c.replace(compile=False).label.endswith("_nocompile") and not c.label.endswith("_nocompile")
+    assert c.replace(compile=False).label.endswith("_nocompile") and not c.label.endswith(
+        "_nocompile"
+    )
     parser = add_config_args(argparse.ArgumentParser())
     assert config_from_args(parser.parse_args(["--no-compile"])).compile is False
     assert config_from_args(parser.parse_args([])).compile is True
-    assert "--no-compile" in config_to_args(c.replace(compile=False)) and "--no-compile" not in config_to_args(c)
+    assert "--no-compile" in config_to_args(
+        c.replace(compile=False)
+    ) and "--no-compile" not in config_to_args(c)
 
 
 def test_cuda_graphs_at_its_default_keeps_old_keys():
-    """cuda_graphs came after the records: 'none' stays out of key and label; a capture is its own record."""
+    """cuda_graphs came after the records: 'none' stays out of key and label; a capture is its own
+    record."""
     c = presets.get("gpt-1.2b").replace(gpus=4, tp=2, mbs=4, gbs=16)
     assert c.replace(cuda_graphs="none").key == "97dca4979886cdb2"
-    assert c.replace(cuda_graphs="te").label == c.label + "_cg-te" and c.replace(cuda_graphs="te").key != c.key
+    assert (
+        c.replace(cuda_graphs="te").label == c.label + "_cg-te"
+        and c.replace(cuda_graphs="te").key != c.key
+    )
     parser = add_config_args(argparse.ArgumentParser())
     assert config_from_args(parser.parse_args(["--cuda-graphs", "local"])).cuda_graphs == "local"
 
 
 def test_int_and_float_spellings_give_one_key():
-    assert BASE.replace(lr=1).key == BASE.replace(lr=1.0).key and isinstance(BASE.replace(lr=1).lr, float)
+    assert BASE.replace(lr=1).key == BASE.replace(lr=1.0).key and isinstance(
+        BASE.replace(lr=1).lr, float
+    )
 
 
 def test_vocab_must_split_evenly_over_tp():
-    """The trainer does not pad the vocabulary per tp (layout-invariant init): the rule is checked up front."""
+    """The trainer does not pad the vocabulary per tp (layout-invariant init): the rule is checked
+    up front."""
     from megalab.runs import presets
+
     cfg = presets.get("gpt-350m").replace(vocab=50257, gpus=2, tp=2, mbs=1, gbs=1)
     msgs = [m for m in cfg.problems() if m.startswith("vocab=")]
     assert msgs and "multiple of 128*tp" in msgs[0] and "50432" in msgs[0]
@@ -215,17 +277,26 @@ def test_vocab_must_split_evenly_over_tp():
 
 def test_label_names_how_the_model_differs_from_its_preset():
     from megalab.runs import presets
+
     gpt = presets.get("gpt-350m")
     assert gpt.label.startswith("gpt-350m_tp1")
-    assert gpt.replace(tied_embeddings=False, position="rope").label.startswith("gpt-350m-untied-rope_tp1")
+    assert gpt.replace(tied_embeddings=False, position="rope").label.startswith(
+        "gpt-350m-untied-rope_tp1"
+    )
     assert gpt.replace(layers=12, norm="RMSNorm").label.startswith("gpt-350m-L12-RMSNorm_tp1")
-    assert presets.get("moe-small").label.startswith("moe-small_tp1")   # Llama-style by its preset: no marks
-    assert presets.get("moe-small").replace(tied_embeddings=True).label.startswith("moe-small-tied_tp1")
+    # Llama-style by its preset: no marks
+    assert presets.get("moe-small").label.startswith("moe-small_tp1")
+    assert (
+        presets.get("moe-small")
+        .replace(tied_embeddings=True)
+        .label.startswith("moe-small-tied_tp1")
+    )
 
 
 def test_every_committed_record_keeps_its_label_and_key():
-    """The store is keyed by RunConfig.key and read by label: a refactor that moved a field's default, a
-    preset or a label suffix would orphan committed records. Checked over every record in results/."""
+    """The store is keyed by RunConfig.key and read by label: a refactor that moved a field's
+    default, a preset or a label suffix would orphan committed records. Checked over every record in
+    results/."""
     import json
     import re
     from pathlib import Path
@@ -239,8 +310,8 @@ def test_every_committed_record_keeps_its_label_and_key():
                 continue
             cfg = RunConfig.from_dict(rec["config"])
             assert cfg.key == rec["key"], f"{path.name}:{n}"
-            # ten records of 2026-11-21 predate the label's dropout (_drop0.1) and layer-count (-L224)
-            # marks: their stored label is today's label without that mark, and must stay so
+            # ten records of 2026-11-21 predate the label's dropout (_drop0.1) and layer-count
+            # (-L224) marks: their stored label is today's label without that mark, and must stay so
             legacy = re.sub(r"_drop[0-9.]+$", "", re.sub(r"-L\d+_", "_", cfg.label))
             assert rec["label"] in (cfg.label, legacy), f"{path.name}:{n}"
             checked += 1
@@ -248,10 +319,19 @@ def test_every_committed_record_keeps_its_label_and_key():
 
 
 def test_recompute_modules_and_moe_balance_at_their_defaults_keep_old_keys():
-    """Both came after the records: at their defaults (Megatron's core_attn; the auxiliary loss) they stay out
-    of key and label; otherwise the label says so and the key differs."""
-    c = RunConfig(name="gpt-1.2b", layers=40, hidden=1536, heads=16, vocab=51200, gpus=2, tp=2, sp=True,
-                  recompute="selective")
+    """Both came after the records: at their defaults (Megatron's core_attn; the auxiliary loss)
+    they stay out of key and label; otherwise the label says so and the key differs."""
+    c = RunConfig(
+        name="gpt-1.2b",
+        layers=40,
+        hidden=1536,
+        heads=16,
+        vocab=51200,
+        gpus=2,
+        tp=2,
+        sp=True,
+        recompute="selective",
+    )
     m = c.replace(recompute_modules="mlp")
     assert m.label == c.label + "-mlp" and m.key != c.key
     assert c.replace(recompute_modules="core_attn").key == c.key
@@ -261,10 +341,13 @@ def test_recompute_modules_and_moe_balance_at_their_defaults_keep_old_keys():
 
 
 def test_to_dict_is_asdict_without_the_deep_copy():
-    """to_dict copies field by field: right only while every field is a scalar (a list or dict field would be
-    shared between a config and its replace()), so this fails the day one is not."""
+    """to_dict copies field by field: right only while every field is a scalar (a list or dict field
+    would be shared between a config and its replace()), so this fails the day one is not."""
     import dataclasses
+
     scalar = {"str", "str | None", "int", "int | None", "float", "bool"}
     assert {f.type for f in dataclasses.fields(RunConfig)} <= scalar
     for cfg in (RunConfig(), RunConfig(gpus=4, tp=2, pp=2, vpp=2, sp=True, recompute="selective")):
-        assert cfg.to_dict() == dataclasses.asdict(cfg) and list(cfg.to_dict()) == list(dataclasses.asdict(cfg))
+        assert cfg.to_dict() == dataclasses.asdict(cfg) and list(cfg.to_dict()) == list(
+            dataclasses.asdict(cfg)
+        )

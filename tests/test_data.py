@@ -1,4 +1,5 @@
-"""The trainer's data: the same global batch in every layout, a known loss floor, real data round trip."""
+"""The trainer's data: the same global batch in every layout, a known loss floor, real data round
+trip."""
 
 import hashlib
 import json
@@ -35,7 +36,9 @@ def _global_batch_from_ranks(cfg, step: int) -> torch.Tensor:
 def test_global_batch_is_layout_independent(dp, mbs):
     cfg = CFG.replace(gpus=dp, mbs=mbs)
     for step in (0, 3):
-        assert torch.equal(_global_batch_from_ranks(cfg, step), data.synthetic_global_batch(CFG, step))
+        assert torch.equal(
+            _global_batch_from_ranks(cfg, step), data.synthetic_global_batch(CFG, step)
+        )
 
 
 def test_sample_order_is_megatrons_sampler():
@@ -54,10 +57,13 @@ def test_batch_fields():
 
 @pytest.fixture(scope="module")
 def one_process_group(tmp_path_factory):
-    """Megatron's CP split reads the group only once torch.distributed is up: a 1-process gloo group."""
+    """Megatron's CP split reads the group only once torch.distributed is up: a 1-process gloo
+    group."""
     if not torch.distributed.is_initialized():
         store = tmp_path_factory.mktemp("pg") / "store"
-        torch.distributed.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+        torch.distributed.init_process_group(
+            "gloo", init_method=f"file://{store}", rank=0, world_size=1
+        )
     yield
     torch.distributed.destroy_process_group()
 
@@ -76,9 +82,15 @@ class _Group:  # what get_batch_on_this_cp_rank asks of a process group
 @pytest.mark.parametrize("cp", [1, 2])
 def test_context_parallel_shards_reassemble(cp, one_process_group):
     from megatron.core.utils import get_batch_on_this_cp_rank
+
     full = data.batch_from_windows(data.synthetic_global_batch(CFG, 0))
-    parts = [get_batch_on_this_cp_rank({k: (v.clone() if v is not None else None) for k, v in full.items()},
-                                       cp_group=_Group(cp, r)) for r in range(cp)]
+    parts = [
+        get_batch_on_this_cp_rank(
+            {k: (v.clone() if v is not None else None) for k, v in full.items()},
+            cp_group=_Group(cp, r),
+        )
+        for r in range(cp)
+    ]
     s = CFG.seq // (2 * cp)  # 2*cp chunks; rank r holds chunks r and 2cp-1-r (causal load balance)
     for key in ("tokens", "labels", "loss_mask", "position_ids"):
         chunks = [None] * (2 * cp)
@@ -102,15 +114,20 @@ def test_markov_chain_has_the_documented_loss_floor():
     _, pair_counts = np.unique(pairs, return_counts=True)
     _, prev_counts = np.unique(prev, return_counts=True)
     n = len(prev)
-    h = -(pair_counts * np.log(pair_counts)).sum() / n + (prev_counts * np.log(prev_counts)).sum() / n
+    h = (
+        -(pair_counts * np.log(pair_counts)).sum() / n
+        + (prev_counts * np.log(prev_counts)).sum() / n
+    )
     assert h == pytest.approx(data.LOSS_FLOOR, abs=0.05)
     assert len(np.unique(src.successors(7))) == data.K
 
 
 def test_same_batch_in_another_process():
-    code = ("import hashlib; from megalab import data; from megalab.runs.config import RunConfig; "
-            "c = RunConfig(vocab=1024, seq=32, gbs=16); "
-            "print(hashlib.sha256(data.synthetic_global_batch(c, 5).numpy().tobytes()).hexdigest())")
+    code = (
+        "import hashlib; from megalab import data; from megalab.runs.config import RunConfig; "
+        "c = RunConfig(vocab=1024, seq=32, gbs=16); "
+        "print(hashlib.sha256(data.synthetic_global_batch(c, 5).numpy().tobytes()).hexdigest())"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     here = hashlib.sha256(data.synthetic_global_batch(CFG, 5).numpy().tobytes()).hexdigest()
     assert out.stdout.strip() == here
@@ -118,6 +135,7 @@ def test_same_batch_in_another_process():
 
 def test_prepare_data_round_trip(tmp_path):
     from megatron.core.datasets.indexed_dataset import IndexedDataset
+
     docs = ["hello world", "Megatron ✓ bytes", "x" * 300]
     src = tmp_path / "corpus.jsonl"
     src.write_text("".join(json.dumps({"text": t}) + "\n" for t in docs))

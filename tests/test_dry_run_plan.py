@@ -1,20 +1,27 @@
-"""tools/gpu/dry_run_plan.py reads a plan as pack.py does and checks each job on CPU; its parsing and its
-TE rule are checked here (the dry runs themselves: tests/test_train_cpu.py)."""
+"""tools/gpu/dry_run_plan.py reads a plan as pack.py does and checks each job on CPU; its parsing
+and its TE rule are checked here (the dry runs themselves: tests/test_train_cpu.py)."""
+
 import importlib.util
 from pathlib import Path
 
 from megalab.runs import presets
 
-_spec = importlib.util.spec_from_file_location("dry_run_plan", Path(__file__).parents[1] / "tools/gpu/dry_run_plan.py")
+_spec = importlib.util.spec_from_file_location(
+    "dry_run_plan", Path(__file__).parents[1] / "tools/gpu/dry_run_plan.py"
+)
 dry = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(dry)
 
 
 def test_a_fit_line_keeps_its_model(tmp_path):
-    """fit's own --hi/--lo must not be read as an abbreviated --hidden (argparse's default allow_abbrev)."""
+    """fit's own --hi/--lo must not be read as an abbreviated --hidden (argparse's default
+    allow_abbrev)."""
     plan = tmp_path / "plan.txt"
-    plan.write_text("# comment\nch03 fit --preset gpt-22b --gpus 4 --tp 4 --vary mbs --lo 5 --hi 9 --step 1\nwait\n"
-                    "ch03! --preset gpt-1.2b --gpus 2 --tp 2 --sp\n")
+    plan.write_text(
+        "# comment\nch03 fit --preset gpt-22b --gpus 4 --tp 4 --vary mbs --lo 5 --hi 9 --step "
+        "1\nwait\n"
+        "ch03! --preset gpt-1.2b --gpus 2 --tp 2 --sp\n"
+    )
     jobs = list(dry._jobs(plan))
     assert [tag for tag, _ in jobs] == ["ch03", "ch03!"]
     assert jobs[0][1].hidden == presets.get("gpt-22b").hidden and jobs[0][1].tp == 4
@@ -26,7 +33,8 @@ def test_what_needs_transformer_engine_to_build():
     assert dry.needs_te(base.replace(gpus=2, tp=2)) is None
     assert dry.needs_te(base.replace(gpus=2, tp=2, sp=True)) == "sequence parallelism"
     assert dry.needs_te(base.replace(gpus=2, cp=2)) == "context parallelism"
-    assert dry.needs_te(presets.get("olmoe-like").replace(gpus=2, ep=2)) is None   # experts build with the local spec
+    # experts build with the local spec
+    assert dry.needs_te(presets.get("olmoe-like").replace(gpus=2, ep=2)) is None
 
 
 def test_an_invalid_layout_fails_before_anything_starts():

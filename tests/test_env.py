@@ -25,17 +25,26 @@ GPU1\tPHB\t X \t0-31\t0
 """
 
 
-@pytest.mark.parametrize("text, expected", [
-    (TOPO_H200, "NVLink (NV18)"), (TOPO_PCIE, "PCIe"), ("\tGPU0\tCPU Affinity\nGPU0\t X \t0-31\n", "none"),
-    ("", "unknown"), (None, "unknown"), ("No devices were found", "unknown"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (TOPO_H200, "NVLink (NV18)"),
+        (TOPO_PCIE, "PCIe"),
+        ("\tGPU0\tCPU Affinity\nGPU0\t X \t0-31\n", "none"),
+        ("", "unknown"),
+        (None, "unknown"),
+        ("No devices were found", "unknown"),
+    ],
+)
 def test_parse_topology(text, expected):
     assert env.parse_topology(text) == expected
 
 
 def test_an_underlined_two_gpu_matrix_is_nvlink():
-    """nvidia-smi underlines the header row (ANSI escapes) on 2xH200 NV18 hosts: it still reads as NVLink."""
+    """nvidia-smi underlines the header row (ANSI escapes) on 2xH200 NV18 hosts: it still reads as
+    NVLink."""
     from pathlib import Path
+
     text = (Path(__file__).parent / "data" / "topo_2xh200_nv18.txt").read_text()
     assert "\x1b[4mGPU0" in text
     assert env.parse_topology(text) == "NVLink (NV18)"
@@ -45,13 +54,29 @@ def test_an_underlined_two_gpu_matrix_is_nvlink():
 
 def test_parse_gpu_query():
     rows = env.parse_gpu_query("NVIDIA H200, 143771, 580.95.05\nNVIDIA H200, 143771, 580.95.05\n")
-    assert len(rows) == 2 and rows[0] == {"name": "NVIDIA H200", "mem_gib": 140.4, "driver": "580.95.05"}
+    assert len(rows) == 2 and rows[0] == {
+        "name": "NVIDIA H200",
+        "mem_gib": 140.4,
+        "driver": "580.95.05",
+    }
 
 
 def test_fingerprint_on_this_machine():
     fp = env.fingerprint()
-    for key in ("gpu_name", "gpu_count", "gpu_mem_gib", "interconnect", "driver", "cuda", "torch",
-                "megatron_core", "transformer_engine", "python", "hostname", "cpu_count"):
+    for key in (
+        "gpu_name",
+        "gpu_count",
+        "gpu_mem_gib",
+        "interconnect",
+        "driver",
+        "cuda",
+        "torch",
+        "megatron_core",
+        "transformer_engine",
+        "python",
+        "hostname",
+        "cpu_count",
+    ):
         assert key in fp
     assert fp["torch"] and fp["python"] and fp["hostname"] and fp["cpu_count"] >= 1
     if fp["gpu_count"] == 0:
@@ -66,7 +91,9 @@ def test_fingerprint_without_nvidia_smi(monkeypatch):
 
 def test_fingerprint_with_gpus(monkeypatch):
     answers = {"topo": TOPO_H200}
-    monkeypatch.setattr(env, "_smi", lambda *a: answers.get(a[0], "NVIDIA H200, 143771, 580.95.05\n" * 4))
+    monkeypatch.setattr(
+        env, "_smi", lambda *a: answers.get(a[0], "NVIDIA H200, 143771, 580.95.05\n" * 4)
+    )
     monkeypatch.setattr(env, "_torch_info", lambda: (4, "13.0"))
     fp = env.fingerprint()
     assert (fp["gpu_name"], fp["gpu_count"], fp["cuda"]) == ("NVIDIA H200", 4, "13.0")

@@ -5,11 +5,20 @@ import pytest
 from megalab.machine.hardware import GPUS, UnknownGPU, gpu_spec, is_hopper_or_newer
 
 
-@pytest.mark.parametrize("name, key", [
-    ("NVIDIA H200", "H200"), ("NVIDIA H100 80GB HBM3", "H100"), ("NVIDIA H100 PCIe", "H100-PCIe"),
-    ("NVIDIA A100-SXM4-80GB", "A100"), ("NVIDIA A100-SXM4-40GB", "A100-40GB"),
-    ("NVIDIA A100 80GB PCIe", "A100"), ("NVIDIA B200", "B200"), ("H200", "H200"), ("h100", "H100"),
-])
+@pytest.mark.parametrize(
+    "name, key",
+    [
+        ("NVIDIA H200", "H200"),
+        ("NVIDIA H100 80GB HBM3", "H100"),
+        ("NVIDIA H100 PCIe", "H100-PCIe"),
+        ("NVIDIA A100-SXM4-80GB", "A100"),
+        ("NVIDIA A100-SXM4-40GB", "A100-40GB"),
+        ("NVIDIA A100 80GB PCIe", "A100"),
+        ("NVIDIA B200", "B200"),
+        ("H200", "H200"),
+        ("h100", "H100"),
+    ],
+)
 def test_device_names(name, key):
     assert gpu_spec(name) is GPUS[key]
 

@@ -19,23 +19,48 @@ import pytest
 from megalab.jobs import launch
 from megalab.runs.config import InvalidLayout, RunConfig
 
-CFG = RunConfig(name="gpt-test", layers=4, hidden=256, heads=4, gpus=2, tp=2, mbs=2, gbs=8, iters=5, impl="local")
+CFG = RunConfig(
+    name="gpt-test",
+    layers=4,
+    hidden=256,
+    heads=4,
+    gpus=2,
+    tp=2,
+    mbs=2,
+    gbs=8,
+    iters=5,
+    impl="local",
+)
 DATA = Path(__file__).parent / "data"
 
 
 def test_torchrun_command_single_node():
     cmd = launch.torchrun_command(CFG, "runs/x")
-    assert cmd[:5] == [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    assert cmd[:5] == [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+    ]
     i = cmd.index("megalab.train")
     assert cmd[i - 1] == "-m" and cmd[-2:] == ["--run-dir", "runs/x"]
-    assert cmd[i + 1:cmd.index("--run-dir")] == launch._config_args(CFG)
+    assert cmd[i + 1 : cmd.index("--run-dir")] == launch._config_args(CFG)
 
 
 def test_torchrun_command_multi_node():
     cfg = CFG.replace(gpus=8, tp=2)
-    cmd = launch.torchrun_command(cfg, "r", nnodes=2, node_rank=1, rdzv_endpoint="node0", extra=["--profile"])
-    for flag in ("--nnodes=2", "--nproc_per_node=4", "--node-rank=1", "--rdzv-backend=static",
-                 "--rdzv-endpoint=node0:29500", f"--rdzv-id={cfg.key}"):
+    cmd = launch.torchrun_command(
+        cfg, "r", nnodes=2, node_rank=1, rdzv_endpoint="node0", extra=["--profile"]
+    )
+    for flag in (
+        "--nnodes=2",
+        "--nproc_per_node=4",
+        "--node-rank=1",
+        "--rdzv-backend=static",
+        "--rdzv-endpoint=node0:29500",
+        f"--rdzv-id={cfg.key}",
+    ):
         assert flag in cmd
     assert "--standalone" not in cmd and cmd[-1] == "--profile"
     with pytest.raises(ValueError, match="rdzv_endpoint"):
@@ -49,7 +74,11 @@ def test_child_env_forces_multicast_off(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")
     env = launch.child_env({"TORCH_SYMM_MEM_DISABLE_MULTICAST": "0", "FOO": "bar"})
     assert env["NCCL_NVLS_ENABLE"] == "0" and env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
-    assert env["NVSHMEM_DISABLE_NVLS"] == "1" and env["PYTHONUNBUFFERED"] == "1" and env["FOO"] == "bar"
+    assert (
+        env["NVSHMEM_DISABLE_NVLS"] == "1"
+        and env["PYTHONUNBUFFERED"] == "1"
+        and env["FOO"] == "bar"
+    )
     assert env["PYTHONPATH"].split(os.pathsep) == [str(launch.LIB_DIR), "/elsewhere"]
 
 
@@ -58,7 +87,9 @@ def test_checks_before_spawning(tmp_path, monkeypatch):
     monkeypatch.setattr("torch.cuda.device_count", lambda: 0)  # also on a GPU host
     with pytest.raises(InvalidLayout):
         launch.launch(CFG.replace(tp=3), runs_root=tmp_path)
-    with pytest.raises(launch.NotEnoughGPUs, match=r"needs 2 GPU\(s\) on this machine, which has 0"):
+    with pytest.raises(
+        launch.NotEnoughGPUs, match=r"needs 2 GPU\(s\) on this machine, which has 0"
+    ):
         launch.launch(CFG, runs_root=tmp_path)  # this machine has no GPU
     assert not list(tmp_path.iterdir())
 
@@ -71,21 +102,35 @@ def fake(monkeypatch):
     monkeypatch.setattr(launch, "KILL_GRACE_S", 1)
 
     def use(script):
-        monkeypatch.setattr(launch, "torchrun_command",
-                            lambda cfg, run_dir, **kw: [sys.executable, "-c", script, *kw.get("extra", ())])
+        monkeypatch.setattr(
+            launch,
+            "torchrun_command",
+            lambda cfg, run_dir, **kw: [sys.executable, "-c", script, *kw.get("extra", ())],
+        )
+
     return use
 
 
 def _steps(n):
-    return [json.dumps({"kind": "step", "step": i, "loss": 9.0 - i, "step_time_s": 0.1,
-                        "tflops_per_gpu": 50.0}) for i in range(n)]
+    return [
+        json.dumps(
+            {"kind": "step", "step": i, "loss": 9.0 - i, "step_time_s": 0.1, "tflops_per_gpu": 50.0}
+        )
+        for i in range(n)
+    ]
 
 
 def test_launch_ok_writes_run_folder(tmp_path, fake):
-    lines = ["hello from rank 0", *("[rank0]: " + s for s in _steps(5)), json.dumps({"kind": "summary", "steps": 5})]
-    fake("import os, sys, time\nassert os.environ['NCCL_NVLS_ENABLE'] == '0'\n"
-         "assert 0 <= time.time() - float(os.environ['MEGALAB_LAUNCH_T']) < 60\n"
-         f"print('\\n'.join({lines!r}))\nprint('a warning', file=sys.stderr)")
+    lines = [
+        "hello from rank 0",
+        *("[rank0]: " + s for s in _steps(5)),
+        json.dumps({"kind": "summary", "steps": 5}),
+    ]
+    fake(
+        "import os, sys, time\nassert os.environ['NCCL_NVLS_ENABLE'] == '0'\n"
+        "assert 0 <= time.time() - float(os.environ['MEGALAB_LAUNCH_T']) < 60\n"
+        f"print('\\n'.join({lines!r}))\nprint('a warning', file=sys.stderr)"
+    )
     out = launch.launch(CFG, runs_root=tmp_path, progress=False)
     assert out.status == "ok" and out.ok and out.returncode == 0 and out.error is None
     assert out.run_dir.parent == tmp_path and out.run_dir.name.startswith(CFG.label + "-")
@@ -93,7 +138,9 @@ def test_launch_ok_writes_run_folder(tmp_path, fake):
     log = (out.run_dir / "log.txt").read_text()
     assert "hello from rank 0" in log and "a warning" in log  # stdout and stderr, together
     assert len((out.run_dir / "metrics.jsonl").read_text().splitlines()) == 6
-    assert [s["step"] for s in out.parsed.steps] == list(range(5)) and out.parsed.summary["steps"] == 5
+    assert [s["step"] for s in out.parsed.steps] == list(range(5)) and out.parsed.summary[
+        "steps"
+    ] == 5
 
 
 def test_launch_progress_bar(tmp_path, fake, capsys):
@@ -118,11 +165,13 @@ def test_launch_exit_0_without_steps_is_failed(tmp_path, fake):
 
 def test_timeout_kills_the_whole_group(tmp_path, fake):
     pidfile = tmp_path / "grandchild.pid"
-    fake("import subprocess, sys, time\n"
-         "p = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
-         "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)'])\n"
-         f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
-         "print('started', flush=True)\ntime.sleep(60)")
+    fake(
+        "import subprocess, sys, time\n"
+        "p = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)'])\n"
+        f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
+        "print('started', flush=True)\ntime.sleep(60)"
+    )
     t0 = time.time()
     out = launch.launch(CFG, runs_root=tmp_path / "runs", progress=False, timeout_s=1.5)
     assert out.status == "timeout" and time.time() - t0 < 20
@@ -132,10 +181,14 @@ def test_timeout_kills_the_whole_group(tmp_path, fake):
 
 
 def test_a_run_that_hangs_after_its_summary_is_kept_as_trained(tmp_path, fake, monkeypatch):
-    """Session 18: both CUDA-graph captures trained all 20 steps, printed the summary, then hung at exit until
-    the time limit (300 s each). The launcher now stops such a run EXIT_GRACE_S after the summary: status ok."""
+    """Session 18: both CUDA-graph captures trained all 20 steps, printed the summary, then hung at
+    exit until the time limit (300 s each). The launcher now stops such a run EXIT_GRACE_S after the
+    summary: status ok."""
     monkeypatch.setattr(launch, "EXIT_GRACE_S", 1)
-    lines = [*_steps(5), json.dumps({"kind": "summary", "steps": 5, "startup_marks_s": {"first_step": 9.0}})]
+    lines = [
+        *_steps(5),
+        json.dumps({"kind": "summary", "steps": 5, "startup_marks_s": {"first_step": 9.0}}),
+    ]
     fake(f"import time\nprint('\\n'.join({lines!r}), flush=True)\ntime.sleep(60)")
     t0 = time.time()
     out = launch.launch(CFG, runs_root=tmp_path / "runs", progress=False, timeout_s=30)
@@ -145,7 +198,10 @@ def test_a_run_that_hangs_after_its_summary_is_kept_as_trained(tmp_path, fake, m
 
 def test_a_peer_run_that_hangs_after_megatron_lm_is_done_is_kept_too(tmp_path, fake, monkeypatch):
     monkeypatch.setattr(launch, "EXIT_GRACE_S", 1)
-    fake("import time\nprint('[after training is done] datetime: 2026-11-27 04:00:00', flush=True)\ntime.sleep(60)")
+    fake(
+        "import time\nprint('[after training is done] datetime: 2026-11-27 04:00:00', "
+        "flush=True)\ntime.sleep(60)"
+    )
     out = launch.launch(CFG, runs_root=tmp_path / "runs", progress=False, timeout_s=30)
     assert out.parsed.summary["exit_hung_s"] == 1 and out.status != "timeout"
 
@@ -176,7 +232,8 @@ def test_run_dirs_are_unique(tmp_path):
 
 
 def test_a_dataset_with_more_token_ids_than_the_vocab_is_refused_before_launch(tmp_path):
-    """The check reads PREFIX.json from `megalab prepare-data`: no torchrun, no device-side assert."""
+    """The check reads PREFIX.json from `megalab prepare-data`: no torchrun, no device-side
+    assert."""
     import json
 
     import pytest
@@ -184,6 +241,7 @@ def test_a_dataset_with_more_token_ids_than_the_vocab_is_refused_before_launch(t
     from megalab.runs import presets
     from megalab.runs.config import InvalidLayout
     from megalab.jobs.launch import _check_data
+
     prefix = str(tmp_path / "corpus")
     (tmp_path / "corpus.bin").write_bytes(b"")
     (tmp_path / "corpus.json").write_text(json.dumps({"vocab_size": 128256}))
@@ -195,7 +253,9 @@ def test_a_dataset_with_more_token_ids_than_the_vocab_is_refused_before_launch(t
         _check_data(cfg.replace(data=str(tmp_path / "missing")))
 
 
-@pytest.mark.parametrize("name", ["../up", ".hidden", "a/b", "a b", "x$(id)", "a..b", "", "tab\there"])
+@pytest.mark.parametrize(
+    "name", ["../up", ".hidden", "a/b", "a b", "x$(id)", "a..b", "", "tab\there"]
+)
 def test_a_run_name_outside_the_safe_set_is_refused(name):
     assert any("cannot name a run folder" in p for p in CFG.replace(name=name).problems())
 
@@ -205,7 +265,8 @@ def test_safe_run_names_pass():
         assert not any("name=" in p for p in CFG.replace(name=name).problems())
 
 
-# -- the launcher's death or SIGTERM stops torchrun and every rank ---------------------------------------
+# -- the launcher's death or SIGTERM stops torchrun and every rank
+# ---------------------------------------
 def _gone(pid: int, within_s: float = 10) -> bool:
     """The process has exited (a zombie waiting for a reaper counts as gone)."""
     end = time.time() + within_s
@@ -221,8 +282,13 @@ def _gone(pid: int, within_s: float = 10) -> bool:
 
 def _python(code: str, tmp_path) -> subprocess.Popen:
     lib, tests = Path(launch.__file__).parents[1], Path(__file__).parent
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], cwd=tmp_path, stdout=subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONPATH": f"{lib}{os.pathsep}{tests}"})
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": f"{lib}{os.pathsep}{tests}"},
+    )
 
 
 def _wait_for(path: Path, within_s: float = 30) -> str:
@@ -235,13 +301,16 @@ def _wait_for(path: Path, within_s: float = 30) -> str:
 
 
 def test_kill_9_of_the_launcher_stops_torchrun(tmp_path):
-    parent = _python("""
+    parent = _python(
+        """
         import os, sys, time
         from megalab import launch
         child = launch.popen([sys.executable, "-c", "import time; time.sleep(120)"], dict(os.environ))
         open("child.pid", "w").write(f"{child.pid}\\n")
         time.sleep(120)
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     child = int(_wait_for(tmp_path / "child.pid"))
     parent.kill()
     parent.wait()
@@ -260,7 +329,8 @@ time.sleep(120)
 
 def test_sigterm_stops_every_rank_and_the_run_is_recorded_as_a_timeout(tmp_path):
     (tmp_path / "fake_torchrun.py").write_text(FAKE_TORCHRUN)
-    parent = _python(f"""
+    parent = _python(
+        f"""
         import sys
         from megalab import launch
         from run_records import CFG
@@ -269,7 +339,9 @@ def test_sigterm_stops_every_rank_and_the_run_is_recorded_as_a_timeout(tmp_path)
         launch.torchrun_command = lambda cfg, run_dir, **kw: [sys.executable, {str(tmp_path / "fake_torchrun.py")!r}]
         out = launch.launch(CFG, runs_root="runs", progress=False)
         print(out.status, out.error["message"], flush=True)
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     rank = int(_wait_for(tmp_path / "rank.pid"))
     time.sleep(0.5)
     parent.send_signal(signal.SIGTERM)

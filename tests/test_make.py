@@ -1,4 +1,5 @@
 """Makefile: the targets' commands, as `make -n` prints them (nothing is run)."""
+
 import os
 import shutil
 import subprocess
@@ -10,7 +11,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _commands(target: str, *args: str) -> str:
-    done = subprocess.run(["make", "-n", "-C", str(ROOT), target, *args], capture_output=True, text=True)
+    done = subprocess.run(
+        ["make", "-n", "-C", str(ROOT), target, *args], capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -26,9 +29,12 @@ def test_lab_binds_to_localhost_and_starts_as_root():
 def test_test_sets_up_chromium_before_pytest_and_lab_has_jupyterlab_myst():
     lines = _commands("test").splitlines()
     browser = next(i for i, l in enumerate(lines) if "browser-setup.sh" in l)
-    assert browser < next(i for i, l in enumerate(lines) if "-m pytest" in l)   # tests/test_lab.py needs it
+    # tests/test_lab.py needs it
+    assert browser < next(i for i, l in enumerate(lines) if "-m pytest" in l)
     assert "tools/setup.sh" in _commands("lab")
     import tomllib
+
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     assert any(d.replace("_", "-").startswith("jupyterlab-myst") for d in deps)
-    assert "jupyterlab_myst" in (ROOT / "tools" / "setup.sh").read_text()   # an older venv installs it too
+    # an older venv installs it too
+    assert "jupyterlab_myst" in (ROOT / "tools" / "setup.sh").read_text()

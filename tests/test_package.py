@@ -1,6 +1,7 @@
-"""The package's shape: no import circles between megalab's modules (issue: theory <-> comm <-> memory and
-config <-> presets once imported each other). Every import counts, inside functions too: a circle that
-only a lazy import keeps from failing is still two modules that cannot be read apart."""
+"""The package's shape: no import circles between megalab's modules (issue: theory <-> comm <->
+memory and config <-> presets once imported each other). Every import counts, inside functions too:
+a circle that only a lazy import keeps from failing is still two modules that cannot be read
+apart."""
 
 import ast
 from pathlib import Path
@@ -24,14 +25,19 @@ def _graph() -> dict[str, set[str]]:
             elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:
-                    base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                    base = ".".join(
+                        package.split(".")[: len(package.split(".")) - node.level + 1]
+                        + ([base] if base else [])
+                    )
                 targets = [f"{base}.{a.name}" for a in node.names] + [base]
             else:
                 continue
             for t in targets:
-                while t and t not in modules:   # megalab.theory.memory -> megalab.theory (a name in it)
+                # megalab.theory.memory -> megalab.theory (a name in it)
+                while t and t not in modules:
                     t = t.rsplit(".", 1)[0] if "." in t else ""
-                if t and t != name and not name.startswith(t + "."):  # a package's own __init__ is no circle
+                # a package's own __init__ is no circle
+                if t and t != name and not name.startswith(t + "."):
                     graph[name].add(t)
     return graph
 
@@ -44,7 +50,7 @@ def _circle(graph) -> list[str] | None:
         stack.append(m)
         for n in sorted(graph[m]):
             if state.get(n) == "open":
-                return stack[stack.index(n):] + [n]
+                return stack[stack.index(n) :] + [n]
             if n not in state and (found := visit(n)):
                 return found
         state[m] = "done"

@@ -1,4 +1,5 @@
 """The planner page's calibrated estimate, read from the committed results store."""
+
 import pytest
 
 from megalab.book import widgets

@@ -1,4 +1,6 @@
-"""The papers the book cites and the glossary's Megatron-LM flags: links listed once, flags the peer really passes."""
+"""The papers the book cites and the glossary's Megatron-LM flags: links listed once, flags the peer
+really passes."""
+
 import re
 from pathlib import Path
 
@@ -19,9 +21,14 @@ def test_references_page_lists_every_paper_with_its_link():
 
 
 def test_cite_writes_the_link():
-    assert references.cite("korthikanti2022") == "[Korthikanti et al. 2022](https://arxiv.org/abs/2205.05198)"
-    assert references.cite("narayanan2021", "Table 1") == \
-        "[Narayanan et al. 2021, Table 1](https://arxiv.org/abs/2104.04473)"
+    assert (
+        references.cite("korthikanti2022")
+        == "[Korthikanti et al. 2022](https://arxiv.org/abs/2205.05198)"
+    )
+    assert (
+        references.cite("narayanan2021", "Table 1")
+        == "[Narayanan et al. 2021, Table 1](https://arxiv.org/abs/2104.04473)"
+    )
     with pytest.raises(KeyError, match="korthikanti2022"):
         references.cite("nobody1999")
 
@@ -29,11 +36,26 @@ def test_cite_writes_the_link():
 def test_every_flag_in_the_glossary_is_one_the_peer_passes():
     g = presets.get("gpt-1.2b")
     m = presets.get("moe-small")
-    configs = [g.replace(gpus=8, tp=2, sp=True, pp=2, vpp=2, cp=2, dist_opt=True, overlap=True, mbs=1, gbs=16,
-                         recompute="selective"), g.replace(recompute="full", cuda_graphs="te"),
-               m.replace(gpus=4, ep=2, etp=2)]
+    configs = [
+        g.replace(
+            gpus=8,
+            tp=2,
+            sp=True,
+            pp=2,
+            vpp=2,
+            cp=2,
+            dist_opt=True,
+            overlap=True,
+            mbs=1,
+            gbs=16,
+            recompute="selective",
+        ),
+        g.replace(recompute="full", cuda_graphs="te"),
+        m.replace(gpus=4, ep=2, etp=2),
+    ]
     passed = {a for c in configs for a in peer.args(peer.peer_config(c)) if a.startswith("--")}
     table = (ROOT / "book" / "glossary.md").read_text().split("## Megatron-LM flags")[1]
     flags = set(re.findall(r"`(--[a-z-]+)`", table))
     assert flags and flags <= passed, flags - passed
-    assert flags <= set(frame.FLAGS) | set(frame.SIZE_FLAGS)     # the In Megatron-LM box explains each
+    # the In Megatron-LM box explains each
+    assert flags <= set(frame.FLAGS) | set(frame.SIZE_FLAGS)

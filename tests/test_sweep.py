@@ -6,14 +6,26 @@ from megalab.jobs import running as results, sweep
 from megalab.runs.config import RunConfig
 from megalab.jobs.running import Result
 
-CFG = RunConfig(name="gpt-test", layers=4, hidden=256, heads=4, gpus=4, tp=2, mbs=2, gbs=16, impl="local")
+CFG = RunConfig(
+    name="gpt-test", layers=4, hidden=256, heads=4, gpus=4, tp=2, mbs=2, gbs=16, impl="local"
+)
 
 
 def _result(cfg, status="ok", losses=None, source="live", rid=None):
     steps = list(range(len(losses or [])))
-    return Result({"id": rid or f"{cfg.key}-{status}", "label": cfg.label, "key": cfg.key, "status": status,
-                   "config": cfg.to_dict(), "summary": {"step_time_s": 0.1 * cfg.mbs},
-                   "series": {"step": steps, "loss": list(losses or [])}, "env": {}}, source)
+    return Result(
+        {
+            "id": rid or f"{cfg.key}-{status}",
+            "label": cfg.label,
+            "key": cfg.key,
+            "status": status,
+            "config": cfg.to_dict(),
+            "summary": {"step_time_s": 0.1 * cfg.mbs},
+            "series": {"step": steps, "loss": list(losses or [])},
+            "env": {},
+        },
+        source,
+    )
 
 
 @pytest.fixture
@@ -24,8 +36,10 @@ def fake_run(monkeypatch):
         def run(cfg, mode="auto", tags=(), store=None, exclude=(), **kw):
             calls.append((cfg, mode, list(tags), list(exclude)))
             return answer(cfg, len(calls))
+
         monkeypatch.setattr(results, "run", run)
         return calls
+
     return install
 
 
@@ -51,7 +65,9 @@ def test_fit_bisects(fake_run, limit, expected):
 
 
 def _recorded_then_live(fake_run, recorded: dict, limit: int):
-    """A store that holds `recorded` ({mbs: status}); anything else runs live and fits up to `limit`."""
+    """A store that holds `recorded` ({mbs: status}); anything else runs live and fits up to
+    `limit`."""
+
     def answer(cfg, n):
         mode = calls[-1][1]
         if mode == "cached":
@@ -59,22 +75,28 @@ def _recorded_then_live(fake_run, recorded: dict, limit: int):
                 raise results.NotRecorded(f"no record of mbs {cfg.mbs}")
             return _result(cfg, recorded[cfg.mbs], source="cached")
         return _result(cfg, "ok" if cfg.mbs <= limit else "oom")
+
     calls = fake_run(answer)
     return calls
 
 
 def test_fit_starts_from_the_recorded_probes(fake_run):
-    calls = _recorded_then_live(fake_run, {20: "ok", 24: "ok", 30: "oom", 28: "nccl_error"}, limit=26)
+    calls = _recorded_then_live(
+        fake_run, {20: "ok", 24: "ok", 30: "oom", 28: "nccl_error"}, limit=26
+    )
     out = sweep.fit(CFG, "mbs", 20, 34, mode="auto")
     assert out.largest == 26
     ran = [c.mbs for c, mode, *_ in calls if mode != "cached"]
-    assert ran == [27, 25, 26]   # only between 24 (fits) and 30 (does not); 28's unsettled record answers nothing
-    assert {20, 24, 30} <= set(out.table["mbs"])                # the recorded probes are in the table
+    # only between 24 (fits) and 30 (does not); 28's unsettled record answers nothing
+    assert ran == [27, 25, 26]
+    # the recorded probes are in the table
+    assert {20, 24, 30} <= set(out.table["mbs"])
 
 
 def test_a_moved_window_still_finds_its_answer_in_the_records(fake_run):
-    """Theory's prediction improved, so the window moved: the recorded bracket (59392 fits, 61440 does
-    not) lies inside the new window, and cached mode answers without a record at either new edge."""
+    """Theory's prediction improved, so the window moved: the recorded bracket (59392 fits, 61440
+    does not) lies inside the new window, and cached mode answers without a record at either new
+    edge."""
     cfg = CFG.replace(gpus=1, tp=1, mbs=1, gbs=1, seq=2048)
     recorded = {59392: "ok", 61440: "oom", 57344: "ok"}
 
@@ -82,6 +104,7 @@ def test_a_moved_window_still_finds_its_answer_in_the_records(fake_run):
         if c.seq not in recorded:
             raise results.NotRecorded(f"no record of seq {c.seq}")
         return _result(c, recorded[c.seq], source="cached")
+
     fake_run(answer)
     out = sweep.fit(cfg, "seq", 53248, 65536, mode="cached", step=2048)
     assert out.largest == 59392 and list(out.table["seq"]) == [57344, 59392, 61440]
@@ -102,7 +125,16 @@ def test_fit_layers_respects_pipeline(fake_run):
 
 def test_reference_of():
     ref = sweep.reference_of(CFG.replace(sp=True, dist_opt=True, pp=2, gpus=8, vpp=2, layers=8))
-    assert (ref.gpus, ref.tp, ref.pp, ref.vpp, ref.cp, ref.dp, ref.sp, ref.dist_opt) == (1, 1, 1, 1, 1, 1, False, False)
+    assert (ref.gpus, ref.tp, ref.pp, ref.vpp, ref.cp, ref.dp, ref.sp, ref.dist_opt) == (
+        1,
+        1,
+        1,
+        1,
+        1,
+        1,
+        False,
+        False,
+    )
     assert (ref.mbs, ref.gbs, ref.num_microbatches) == (2, 16, 8) and ref.seed == CFG.seed
 
 
@@ -113,6 +145,7 @@ def _parity_answer(ref_noise, layout_shift):
         if cfg.gpus == 1:
             return _result(cfg, losses=[x + ref_noise * (n - 1) for x in base], rid=f"ref{n}")
         return _result(cfg, losses=[x + layout_shift * i for i, x in enumerate(base)], rid="layout")
+
     return answer
 
 
@@ -130,35 +163,49 @@ def test_parity_passes_within_band(fake_run):
 def test_parity_fails_on_drift(fake_run):
     fake_run(_parity_answer(ref_noise=0.0, layout_shift=0.1))
     out = sweep.parity(CFG)
-    assert not out.passes and out.band == sweep.PARITY_FLOOR and out.max_abs_diff == pytest.approx(0.4)
+    assert (
+        not out.passes and out.band == sweep.PARITY_FLOOR and out.max_abs_diff == pytest.approx(0.4)
+    )
     assert "FAILS" in repr(out)
 
 
 def test_parity_names_reference_spikes(fake_run):
-    """A one-step spike in the reference (step 2 here), repeated by the layout 0.03 higher: the strict
-    verdict fails, the diagnostic off the spike steps sees only the small differences elsewhere."""
+    """A one-step spike in the reference (step 2 here), repeated by the layout 0.03 higher: the
+    strict verdict fails, the diagnostic off the spike steps sees only the small differences
+    elsewhere."""
     ref = [10.0, 9.0, 12.5, 8.0, 7.9]
 
     def answer(cfg, n):
         if cfg.gpus == 1:
             return _result(cfg, losses=ref, rid=f"ref{n}")
-        return _result(cfg, losses=[x + (0.03 if i == 2 else 0.001) for i, x in enumerate(ref)], rid="layout")
+        return _result(
+            cfg, losses=[x + (0.03 if i == 2 else 0.001) for i, x in enumerate(ref)], rid="layout"
+        )
+
     fake_run(answer)
     out = sweep.parity(CFG)
     assert not out.passes and out.spikes == [2] and out.layout_spikes == [2]
-    assert out.max_abs_diff == pytest.approx(0.03) and out.max_abs_diff_off_spikes == pytest.approx(0.001)
+    assert out.max_abs_diff == pytest.approx(0.03) and out.max_abs_diff_off_spikes == pytest.approx(
+        0.001
+    )
 
 
 def test_parity_failed_run(fake_run):
-    fake_run(lambda cfg, n: _result(cfg, "oom") if cfg.gpus > 1 else _result(cfg, losses=[1.0], rid=str(n)))
+    fake_run(
+        lambda cfg, n: (
+            _result(cfg, "oom") if cfg.gpus > 1 else _result(cfg, losses=[1.0], rid=str(n))
+        )
+    )
     out = sweep.parity(CFG)
     assert not out.passes and "oom" in out.reason
 
 
 def test_reference_of_uses_the_default_dispatcher():
-    """With ep=1 the token dispatcher is irrelevant: every dispatcher's layout shares one reference."""
+    """With ep=1 the token dispatcher is irrelevant: every dispatcher's layout shares one
+    reference."""
     from megalab.runs import presets
     from megalab.jobs.sweep import reference_of
+
     cfg = presets.get("moe-small").replace(gpus=4, ep=4, mbs=2, gbs=16)
     assert reference_of(cfg.replace(moe_dispatcher="allgather")).key == reference_of(cfg).key
 
@@ -166,6 +213,7 @@ def test_reference_of_uses_the_default_dispatcher():
 def test_fit_best_names_the_probes_when_nothing_fits():
     from megalab.jobs.sweep import FitResult
     from megalab.jobs.running import Result
+
     ok, oom = Result({"status": "ok"}, "cached"), Result({"status": "oom"}, "cached")
     assert FitResult("mbs", 4, [(4, ok), (8, oom)]).best is ok
     with pytest.raises(LookupError, match="8: oom"):
@@ -177,34 +225,54 @@ def test_a_probe_that_crashed_answers_nothing(tmp_path):
     from megalab.runs import presets
     from megalab.jobs.running import Store
     from megalab.jobs.sweep import ProbeFailed, fit, with_value
+
     cfg = presets.get("gpt-tiny").replace(impl="local", mbs=1, gbs=1)
     store = Store(tmp_path)
-    store.append({"key": with_value(cfg, "mbs", 1).key, "status": "ok", "config": with_value(cfg, "mbs", 1).to_dict(), "env": {}})
-    store.append({"key": with_value(cfg, "mbs", 4).key, "status": "timeout", "config": with_value(cfg, "mbs", 4).to_dict(), "env": {}})
+    store.append(
+        {
+            "key": with_value(cfg, "mbs", 1).key,
+            "status": "ok",
+            "config": with_value(cfg, "mbs", 1).to_dict(),
+            "env": {},
+        }
+    )
+    store.append(
+        {
+            "key": with_value(cfg, "mbs", 4).key,
+            "status": "timeout",
+            "config": with_value(cfg, "mbs", 4).to_dict(),
+            "env": {},
+        }
+    )
     with pytest.raises(ProbeFailed, match="mbs=4.*timeout"):
         fit(cfg, "mbs", lo=1, hi=4, mode="cached", store=store, quiet=True)
 
 
 def test_spike_steps():
-    assert sweep.spike_steps([0, 1, 2, 3], [10.0, 9.0, 10.5, 9.0]) == [2]   # +1.5 nats
-    assert sweep.spike_steps([5, 6, 7], [8.0, 8.9, 9.8]) == []              # +0.9 each: a rise, not a spike
+    assert sweep.spike_steps([0, 1, 2, 3], [10.0, 9.0, 10.5, 9.0]) == [2]  # +1.5 nats
+    # +0.9 each: a rise, not a spike
+    assert sweep.spike_steps([5, 6, 7], [8.0, 8.9, 9.8]) == []
 
 
 def test_parity_curves_name_a_readers_own_runs(fake_run):
     """Live runs (measured here now) come back as "... (yours)" curves that charts.loss_parity draws
-    apart; recorded ones keep their plain labels, so a recorded and a live parity can share one chart."""
+    apart; recorded ones keep their plain labels, so a recorded and a live parity can share one
+    chart."""
     answer = _parity_answer(ref_noise=0.0, layout_shift=0.0)
     fake_run(answer)
     live = sweep.parity(CFG).curves()
     fake_run(lambda cfg, n: results.Result(answer(cfg, n).record, "cached"))
     book = sweep.parity(CFG).curves()
     assert [k.removesuffix(" (yours)") for k in live] == list(book) and len({*live, *book}) == 4
-    assert all(c["source"] == "yours" for c in live.values()) and all("source" not in c for c in book.values())
+    assert all(c["source"] == "yours" for c in live.values()) and all(
+        "source" not in c for c in book.values()
+    )
     assert book[CFG.label]["loss"] == live[f"{CFG.label} (yours)"]["loss"]
 
 
 def test_an_expert_count_fit_steps_by_whole_experts_per_ep_rank():
     from megalab.runs import presets
+
     moe = presets.get("olmoe-like").replace(gpus=2, ep=2, mbs=1, gbs=8)
     assert sweep.with_value(moe, "experts", 320).experts == 320
     assert sweep._step(moe, "experts") == 16 and sweep._step(moe.replace(ep=1), "experts") == 8

@@ -1,4 +1,5 @@
 """theory.pipeline: the bubble of 1F1B and interleaved 1F1B, and the schedule that has it."""
+
 import pytest
 
 from megalab import theory
@@ -20,7 +21,8 @@ def test_schedule_bubble_is_narayanan_2021(p, v, k):
 
 
 def test_1f1b_step_is_m_plus_p_minus_1_slots():
-    """§2.2.1: the step takes (m + p − 1)·(t_f + t_b), also when m < p − 1 (the bubble exceeds the work)."""
+    """§2.2.1: the step takes (m + p − 1)·(t_f + t_b), also when m < p − 1 (the bubble exceeds the
+    work)."""
     for p, m in ((4, 8), (4, 1), (8, 3)):
         tasks = theory.schedule(p, m, tf=1.0, tb=2.0)
         assert max(t["end"] for t in tasks) == pytest.approx((m + p - 1) * 3.0)
@@ -51,28 +53,38 @@ def test_every_pass_once_after_its_input():
         if t["kind"] == "B":
             after = ("B", t["microbatch"], vs + 1) if vs < p * v - 1 else ("F", t["microbatch"], vs)
             assert t["start"] >= end[after]
-    for s in range(p):   # one pass at a time per GPU
+    for s in range(p):  # one pass at a time per GPU
         own = sorted((t["start"], t["end"]) for t in tasks if t["stage"] == s)
         assert all(a[1] <= b[0] + 1e-12 for a, b in zip(own, own[1:]))
 
 
 def test_stage_order_is_megatron_cores():
-    """MC 0.16.1 schedules.py: 1F1B warms up p−stage−1 forwards; interleaved follows get_schedule_table
-    (groups of p micro-batches through each chunk) and warms up 2(p−stage−1) + (v−1)·p forwards."""
-    assert pipeline.stage_order(4, 4, 1, 1)[:4] == [("F", 0, 0), ("F", 1, 0), ("F", 2, 0), ("B", 0, 0)]
+    """MC 0.16.1 schedules.py: 1F1B warms up p−stage−1 forwards; interleaved follows
+    get_schedule_table (groups of p micro-batches through each chunk) and warms up 2(p−stage−1) +
+    (v−1)·p forwards."""
+    assert pipeline.stage_order(4, 4, 1, 1)[:4] == [
+        ("F", 0, 0),
+        ("F", 1, 0),
+        ("F", 2, 0),
+        ("B", 0, 0),
+    ]
     assert pipeline.stage_order(4, 4, 1, 3)[:2] == [("F", 0, 0), ("B", 0, 0)]
     order = pipeline.stage_order(2, 4, 2, 0)
     assert order[:5] == [("F", 0, 0), ("F", 1, 0), ("F", 0, 1), ("F", 1, 1), ("F", 2, 0)]
-    assert order[5] == ("B", 0, 1)               # the first backward: the last chunk of micro-batch 0
+    # the first backward: the last chunk of micro-batch 0
+    assert order[5] == ("B", 0, 1)
     assert sorted(order) == sorted([(k, mb, c) for k in "FB" for mb in range(4) for c in range(2)])
     with pytest.raises(ValueError, match="divisible by p"):
         theory.schedule(4, 6, 2)
 
 
-@pytest.mark.parametrize("p,v,m", [(4, 1, 8), (4, 1, 2), (4, 2, 8), (4, 2, 4), (2, 3, 4), (4, 3, 12)])
+@pytest.mark.parametrize(
+    "p,v,m", [(4, 1, 8), (4, 1, 2), (4, 2, 8), (4, 2, 4), (2, 3, 4), (4, 3, 12)]
+)
 def test_peak_in_flight_is_layers_in_flight(p, v, m):
     """The schedule's peak of forwards without their backward, × layers per chunk, is theory's
-    layers_in_flight: on stage 0, L·(1 + (p−1)/(p·v)) for interleaving (Narayanan et al. 2021 §2.2.2)."""
+    layers_in_flight: on stage 0, L·(1 + (p−1)/(p·v)) for interleaving (Narayanan et al. 2021
+    §2.2.2)."""
     cfg = presets.get("gpt-350m").replace(layers=24, gpus=p, pp=p, vpp=v, mbs=1, gbs=m)
     for s in range(p):
         held = peak = 0
@@ -83,8 +95,8 @@ def test_peak_in_flight_is_layers_in_flight(p, v, m):
 
 
 def test_memory_per_stage():
-    """The first stage holds the most micro-batches and the embedding; the last the output layer; the
-    largest row is what theory.memory reports."""
+    """The first stage holds the most micro-batches and the embedding; the last the output layer;
+    the largest row is what theory.memory reports."""
     cfg = presets.get("gpt-350m").replace(tied_embeddings=False, gpus=4, pp=4, mbs=4, gbs=16)
     rows = theory.memory_per_stage(cfg)
     assert [r["stage"] for r in rows] == [0, 1, 2, 3]

@@ -1,4 +1,6 @@
-"""train.parent: a rank dies with its torchrun, even one killed with -9 (a real parent, SIGKILLed, on CPU)."""
+"""train.parent: a rank dies with its torchrun, even one killed with -9 (a real parent, SIGKILLed,
+on CPU)."""
+
 import ast
 import os
 import signal
@@ -13,7 +15,9 @@ import pytest
 from megalab.train import loop, parent
 
 LIB = str(Path(parent.__file__).parents[2])
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's"
+)
 
 
 def _alive(pid: int) -> bool:
@@ -36,10 +40,12 @@ def _python(code: str, **env) -> subprocess.Popen:
 
 
 def _parent_of_a_rank(tmp_path, rank_code: str) -> tuple[subprocess.Popen, int]:
-    """A stand-in torchrun that starts a "rank" running `rank_code` (which touches `ready` when set up); returns
-    the stand-in and the rank's pid once the rank is ready."""
+    """A stand-in torchrun that starts a "rank" running `rank_code` (which touches `ready` when set
+    up); returns the stand-in and the rank's pid once the rank is ready."""
     ready, pidfile = tmp_path / "ready", tmp_path / "rank.pid"
-    rank = f"import pathlib, time\n{rank_code}\npathlib.Path({str(ready)!r}).touch()\ntime.sleep(60)\n"
+    rank = (
+        f"import pathlib, time\n{rank_code}\npathlib.Path({str(ready)!r}).touch()\ntime.sleep(60)\n"
+    )
     torchrun = _python(f"""
         import pathlib, subprocess, sys, time
         p = subprocess.Popen([sys.executable, "-c", {rank!r}], start_new_session=True)  # as torchrun does
@@ -54,10 +60,11 @@ def _parent_of_a_rank(tmp_path, rank_code: str) -> tuple[subprocess.Popen, int]:
 
 
 def test_a_rank_dies_when_its_torchrun_is_killed_with_9(tmp_path):
-    torchrun, rank = _parent_of_a_rank(tmp_path, "from megalab.train.parent import die_with_parent\n"
-                                                 "assert die_with_parent()")
+    torchrun, rank = _parent_of_a_rank(
+        tmp_path, "from megalab.train.parent import die_with_parent\nassert die_with_parent()"
+    )
     try:
-        torchrun.kill()   # SIGKILL: no handler of torchrun's can stop its ranks
+        torchrun.kill()  # SIGKILL: no handler of torchrun's can stop its ranks
         torchrun.wait()
         assert _gone_within(rank, 10)
     finally:
@@ -66,7 +73,8 @@ def test_a_rank_dies_when_its_torchrun_is_killed_with_9(tmp_path):
 
 
 def test_without_it_the_rank_is_orphaned(tmp_path):
-    """The check above means something: the same rank without die_with_parent outlives its torchrun."""
+    """The check above means something: the same rank without die_with_parent outlives its
+    torchrun."""
     torchrun, rank = _parent_of_a_rank(tmp_path, "pass")
     try:
         torchrun.kill()
@@ -77,8 +85,9 @@ def test_without_it_the_rank_is_orphaned(tmp_path):
 
 
 def test_a_parent_dead_before_the_request_is_noticed():
-    """The kernel only signals a death after the request: a parent gone between the two reads of the parent
-    (here: the second read says another process adopted this one) ends the process at once."""
+    """The kernel only signals a death after the request: a parent gone between the two reads of the
+    parent (here: the second read says another process adopted this one) ends the process at
+    once."""
     proc = _python("""
         import os, time
         from megalab.train import parent
@@ -91,13 +100,16 @@ def test_a_parent_dead_before_the_request_is_noticed():
 
 
 def test_a_torchrun_rank_adopted_by_init_ends_at_once():
-    proc = _python("""
+    proc = _python(
+        """
         import os, time
         from megalab.train import parent
         parent.os.getppid = lambda: 1
         parent.die_with_parent()
         time.sleep(30)
-        """, TORCHELASTIC_RUN_ID="none")
+        """,
+        TORCHELASTIC_RUN_ID="none",
+    )
     assert proc.wait(timeout=20) == -signal.SIGTERM
 
 
@@ -107,7 +119,11 @@ def test_elsewhere_it_does_nothing(monkeypatch):
 
 
 def test_the_trainer_asks_first_thing_in_main():
-    main = next(node for node in ast.parse(Path(loop.__file__).read_text()).body
-                if isinstance(node, ast.FunctionDef) and node.name == "main")
-    first = main.body[1] if isinstance(main.body[0].value, ast.Constant) else main.body[0]   # after the docstring
+    main = next(
+        node
+        for node in ast.parse(Path(loop.__file__).read_text()).body
+        if isinstance(node, ast.FunctionDef) and node.name == "main"
+    )
+    # after the docstring
+    first = main.body[1] if isinstance(main.body[0].value, ast.Constant) else main.body[0]
     assert ast.unparse(first) == "die_with_parent()"

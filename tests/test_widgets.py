@@ -30,11 +30,16 @@ def test_ranking_html_bolds_recorded_rows_and_leaves_the_others_blank():
     html = widgets.ranking_html(table, lines)
     assert html.count("font-weight:bold") == int(table["measured"].sum()) >= 1
     first = table.iloc[0]
-    assert f"{first['predicted_ms']:.1f}" in html and "why not first" in html and "held-out median" in html
+    assert (
+        f"{first['predicted_ms']:.1f}" in html
+        and "why not first" in html
+        and "held-out median" in html
+    )
 
 
 def test_the_roofline_ranks_and_says_so_without_enough_records(tmp_path):
-    assert calibration.for_search("H200", Store(tmp_path)) is None     # calibrate raised NotRecorded
+    # calibrate raised NotRecorded
+    assert calibration.for_search("H200", Store(tmp_path)) is None
     table, lines = widgets.ranking(GPT12_1GPU, gpu="H200", top=3, store=Store(tmp_path))
     assert len(table) == 3 and not table["measured"].any()
     assert lines[1] == search.CAVEAT
@@ -50,7 +55,7 @@ def test_the_planner_shows_the_ranking_live_and_static():
     assert "measured ms" in p._rank.value and "font-weight:bold" in p._rank.value
     assert p._rank.value in p._repr_mimebundle_()["text/html"]
     before = p._ranked
-    p._c["recompute"].value = "full"        # a layout change does not search again
+    p._c["recompute"].value = "full"  # a layout change does not search again
     assert p._ranked is before
-    p._c["gpus"].value = 2                   # a GPU count does
+    p._c["gpus"].value = 2  # a GPU count does
     assert "on 2x H200" in p._rank.value

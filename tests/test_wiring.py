@@ -1,12 +1,13 @@
 """megalab.train.wiring without a process group: the objects and hooks it sets up for Megatron."""
+
 from types import SimpleNamespace
 
 from megalab.train.wiring import wire_schedule
 
 
 def test_wire_schedule_sets_megatron_hooks_and_restores_param_sync_after_step_0():
-    """The config wiring of Megatron-LM's train(): overlap hooks, loss scale, grad finalisation, and the
-    first step without param all-gather pre-hooks (then on again)."""
+    """The config wiring of Megatron-LM's train(): overlap hooks, loss scale, grad finalisation, and
+    the first step without param all-gather pre-hooks (then on again)."""
     calls = []
 
     class Chunk:
@@ -20,7 +21,9 @@ def test_wire_schedule_sets_megatron_hooks_and_restores_param_sync_after_step_0(
 
     model = [Chunk()]
     config = SimpleNamespace(param_sync_func=None)
-    ddp = SimpleNamespace(overlap_grad_reduce=True, align_param_gather=True, overlap_param_gather=True)
+    ddp = SimpleNamespace(
+        overlap_grad_reduce=True, align_param_gather=True, overlap_param_gather=True
+    )
     after = wire_schedule(config, model, SimpleNamespace(scale_loss="scale"), ddp)
     assert config.grad_scale_func == "scale" and config.grad_sync_func is Chunk.start_grad_sync
     assert config.param_sync_func is None and calls == [("off", False)]
@@ -29,33 +32,52 @@ def test_wire_schedule_sets_megatron_hooks_and_restores_param_sync_after_step_0(
 
 
 def test_ddp_is_built_once_and_in_place_without_cuda():
-    """on_capture_stream builds DDP on torch.cuda.graph's capture stream when graphs are on and CUDA is there;
-    on this CPU machine (and at cuda_graphs none) it just builds."""
+    """on_capture_stream builds DDP on torch.cuda.graph's capture stream when graphs are on and CUDA
+    is there; on this CPU machine (and at cuda_graphs none) it just builds."""
     from megalab import presets
     from megalab.train.wiring import on_capture_stream
+
     built = []
     for graphs in ("none", "te"):
-        assert on_capture_stream(presets.get("gpt-350m").replace(cuda_graphs=graphs), lambda: built.append(1) or "ddp") == "ddp"
+        assert (
+            on_capture_stream(
+                presets.get("gpt-350m").replace(cuda_graphs=graphs),
+                lambda: built.append(1) or "ddp",
+            )
+            == "ddp"
+        )
     assert built == [1, 1]
 
 
 def test_cuda_graphs_map_onto_megatron_as_megatron_lm_does():
-    """cuda_graphs reaches TransformerConfig as Megatron-LM's --cuda-graph-impl does (with TE's graph-safe
-    RNG); at 'none' nothing changes."""
+    """cuda_graphs reaches TransformerConfig as Megatron-LM's --cuda-graph-impl does (with TE's
+    graph-safe RNG); at 'none' nothing changes."""
     from megalab import presets
     from megalab.train.wiring import megatron_configs
+
     c = presets.get("gpt-350m").replace(impl="local")
     _, none, _, _ = megatron_configs(c, dry_run=True)
     assert (none.cuda_graph_impl, none.use_te_rng_tracker) == ("none", False)
     _, local, _, _ = megatron_configs(c.replace(cuda_graphs="local"), dry_run=True)
-    assert (local.cuda_graph_impl, local.cuda_graph_scope, local.use_te_rng_tracker) == ("local", [], True)
+    assert (local.cuda_graph_impl, local.cuda_graph_scope, local.use_te_rng_tracker) == (
+        "local",
+        [],
+        True,
+    )
 
 
 def test_the_layout_is_one_mapping_shared_by_the_process_groups_and_the_model_config():
-    """initialize_model_parallel's arguments and TransformerConfig's layout fields come from one dict."""
+    """initialize_model_parallel's arguments and TransformerConfig's layout fields come from one
+    dict."""
     from megalab import presets
     from megalab.train.wiring import megatron_configs
-    c = presets.get("olmoe-like").replace(impl="local", gpus=16, tp=2, pp=2, vpp=2, cp=2, ep=2, etp=1)
+
+    c = presets.get("olmoe-like").replace(
+        impl="local", gpus=16, tp=2, pp=2, vpp=2, cp=2, ep=2, etp=1
+    )
     parallel, config, _, _ = megatron_configs(c, dry_run=True)
-    assert parallel["tensor_model_parallel_size"] == 2 and parallel["virtual_pipeline_model_parallel_size"] == 2
+    assert (
+        parallel["tensor_model_parallel_size"] == 2
+        and parallel["virtual_pipeline_model_parallel_size"] == 2
+    )
     assert {k: getattr(config, k) for k in parallel} == parallel

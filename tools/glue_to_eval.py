@@ -1,22 +1,28 @@
 #!/usr/bin/env python
-"""Rewrite a chapter's `{glue:text}`name:fmt`` prose into `{eval}`name`` and its glue calls into `say`.
+"""Rewrite a chapter's `{glue:text}`name:fmt`` prose into `{eval}`name`` and its glue calls into
+`say`.
 
     python tools/glue_to_eval.py book/04_context_parallel/context_parallel.ipynb   # rewrite in place
     python tools/glue_to_eval.py --check book/*/*.ipynb                            # report only
 
-JupyterLab shows `{eval}`name`` (jupyterlab-myst evaluates it in the kernel) and the HTML book pastes the
-same text (megalab.book.prose): see that module. For each name the prose reads:
-- `glue("name", value, display=False)` becomes `say("name", value, "fmt")`, the format taken from the
+JupyterLab shows `{eval}`name`` (jupyterlab-myst evaluates it in the kernel) and the HTML book
+pastes the same text (megalab.book.prose): see that module. For each name the prose reads:
+- `glue("name", value, display=False)` becomes `say("name", value, "fmt")`, the format taken from
+the
   prose; a name read with two formats is said twice (`name` with the commonest, `name_<fmt>` with the
   other, e.g. `share_1pct` for ".1%"); a name that is also a variable of the notebook (or a builtin) is
   said as `name_said`;
-- `glue(f"fit_{cp}", ...)` keeps its f-string when every prose name it makes is read with one format;
-- `from myst_nb import glue` becomes `from megalab.book.prose import say` (kept too while glue calls remain,
+- `glue(f"fit_{cp}", ...)` keeps its f-string when every prose name it makes is read with one
+format;
+- `from myst_nb import glue` becomes `from megalab.book.prose import say` (kept too while glue calls
+remain,
   e.g. of names the prose does not read).
-A notebook it cannot rewrite exactly is left untouched and its reasons are printed (exit status 1): a glue
-name held in a variable (`glue(name, ...)`), a glue call that displays, a format that differs between the
-names of one f-string, another glue role or directive, a cross-document reference (`doc::name`).
+A notebook it cannot rewrite exactly is left untouched and its reasons are printed (exit status 1):
+a glue name held in a variable (`glue(name, ...)`), a glue call that displays, a format that differs
+between the names of one f-string, another glue role or directive, a cross-document reference
+(`doc::name`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,8 +59,15 @@ def _split(role_text: str) -> tuple[str, str]:
 
 
 def slug(fmt: str) -> str:
-    """A format spec as a name suffix: ".1%" -> "1pct", ",.0f" -> "c0f", "+.1%" -> "p1pct", "" -> "s"."""
-    text = fmt.replace("%", "pct").replace(",", "c").replace("+", "p").replace("-", "m").replace(".", "")
+    """A format spec as a name suffix: ".1%" -> "1pct", ",.0f" -> "c0f", "+.1%" -> "p1pct", "" ->
+    "s"."""
+    text = (
+        fmt.replace("%", "pct")
+        .replace(",", "c")
+        .replace("+", "p")
+        .replace("-", "m")
+        .replace(".", "")
+    )
     return re.sub(r"\W", "", text) or "s"
 
 
@@ -84,13 +97,19 @@ def _fstring_pattern(node: ast.JoinedStr) -> re.Pattern:
 
 
 def _glue_calls(tree: ast.AST) -> list[ast.Call]:
-    return sorted((n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
-                   and n.func.id == "glue"), key=lambda n: (n.lineno, n.col_offset))
+    return sorted(
+        (
+            n
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "glue"
+        ),
+        key=lambda n: (n.lineno, n.col_offset),
+    )
 
 
 def plan(nb: dict) -> tuple[dict[str, list[str]], dict[tuple[str, str], str], list[str]]:
-    """The formats each name is read with (commonest first), (name, fmt) -> the said name, and the reasons
-    the notebook is refused."""
+    """The formats each name is read with (commonest first), (name, fmt) -> the said name, and the
+    reasons the notebook is refused."""
     cells = nb["cells"]
     code = [_src(c) for c in cells if c["cell_type"] == "code"]
     problems: list[str] = []
@@ -116,14 +135,23 @@ def plan(nb: dict) -> tuple[dict[str, list[str]], dict[tuple[str, str], str], li
             said = name if rank == 0 else f"{name}_{slug(fmt)}"
             spoken[(name, fmt)] = said + "_said" if said in taken else said
     if len(set(spoken.values())) < len(spoken):
-        problems.append("two reads map to one said name: " + ", ".join(
-            n for n, c in Counter(spoken.values()).items() if c > 1))
+        problems.append(
+            "two reads map to one said name: "
+            + ", ".join(n for n, c in Counter(spoken.values()).items() if c > 1)
+        )
     return {n: [f for f, _ in c.most_common()] for n, c in fmts.items()}, spoken, problems
 
 
-def _rewrite_call(call: ast.Call, text: str, lines: list[str], fmts: dict[str, list[str]],
-                  spoken: dict, where: str) -> tuple[str | None, list[str]]:
-    """The `say` statement(s) replacing one glue call, None to keep it, and the reasons to refuse."""
+def _rewrite_call(
+    call: ast.Call,
+    text: str,
+    lines: list[str],
+    fmts: dict[str, list[str]],
+    spoken: dict,
+    where: str,
+) -> tuple[str | None, list[str]]:
+    """The `say` statement(s) replacing one glue call, None to keep it, and the reasons to
+    refuse."""
     if len(call.args) != 2 or any(k.arg != "display" for k in call.keywords):
         return None, [f"{where}: glue call with other arguments than (name, value, display=False)"]
     display = [k.value for k in call.keywords]
@@ -131,11 +159,11 @@ def _rewrite_call(call: ast.Call, text: str, lines: list[str], fmts: dict[str, l
         return None, [f"{where}: glue call that displays its value (say never does)"]
     name_node, value = call.args
     value_src = ast.get_source_segment(text, value)
-    indent = lines[call.lineno - 1][:_chars(lines[call.lineno - 1], call.col_offset)]
+    indent = lines[call.lineno - 1][: _chars(lines[call.lineno - 1], call.col_offset)]
     if isinstance(name_node, ast.Constant) and isinstance(name_node.value, str):
         name = name_node.value
         if name not in fmts:
-            return None, []          # the prose does not read it: left as glue
+            return None, []  # the prose does not read it: left as glue
         says = [f'say("{spoken[(name, f)]}", {value_src}, "{f}")' for f in fmts[name]]
         if len(says) > 1 and indent.strip():
             return None, [f"{where}: {name!r} is read with two formats inside an expression"]
@@ -148,10 +176,14 @@ def _rewrite_call(call: ast.Call, text: str, lines: list[str], fmts: dict[str, l
         kinds = {f for fs in matched.values() for f in fs}
         renamed = [n for n, fs in matched.items() if any(spoken[(n, f)] != n for f in fs)]
         if len(kinds) > 1 or renamed:
-            return None, [f"{where}: the names of {ast.get_source_segment(text, name_node)} are read with "
-                          f"formats {sorted(kinds)}{' or renamed' if renamed else ''}"]
+            return None, [
+                f"{where}: the names of {ast.get_source_segment(text, name_node)} are read with "
+                f"formats {sorted(kinds)}{' or renamed' if renamed else ''}"
+            ]
         return f'say({ast.get_source_segment(text, name_node)}, {value_src}, "{kinds.pop()}")', []
-    return None, [f"{where}: glue name held in a variable ({ast.get_source_segment(text, name_node)})"]
+    return None, [
+        f"{where}: glue name held in a variable ({ast.get_source_segment(text, name_node)})"
+    ]
 
 
 def convert(nb: dict) -> dict:
@@ -163,7 +195,9 @@ def convert(nb: dict) -> dict:
     for i, cell in enumerate(nb["cells"]):
         text = _src(cell)
         if cell["cell_type"] == "markdown":
-            _set_src(cell, GLUE_TEXT.sub(lambda m: "{eval}`" + spoken[_split(m.group(1))] + "`", text))
+            _set_src(
+                cell, GLUE_TEXT.sub(lambda m: "{eval}`" + spoken[_split(m.group(1))] + "`", text)
+            )
             continue
         if cell["cell_type"] != "code" or "glue" not in text:
             continue
@@ -173,13 +207,17 @@ def convert(nb: dict) -> dict:
             offsets.append(offsets[-1] + len(line))
         edits = []
         for call in _glue_calls(ast.parse(text)):
-            new, why = _rewrite_call(call, text, lines, fmts, spoken, f"cell {i} line {call.lineno}")
+            new, why = _rewrite_call(
+                call, text, lines, fmts, spoken, f"cell {i} line {call.lineno}"
+            )
             problems += why
             if new is None:
                 kept_glue = True
                 continue
             start = offsets[call.lineno - 1] + _chars(lines[call.lineno - 1], call.col_offset)
-            end = offsets[call.end_lineno - 1] + _chars(lines[call.end_lineno - 1], call.end_col_offset)
+            end = offsets[call.end_lineno - 1] + _chars(
+                lines[call.end_lineno - 1], call.end_col_offset
+            )
             edits.append((start, end, new))
         for start, end, new in reversed(edits):
             text = text[:start] + new + text[end:]
@@ -191,7 +229,12 @@ def convert(nb: dict) -> dict:
         raise Refused("\n".join(problems))
     for cell in nb["cells"]:
         if cell["cell_type"] == "code" and IMPORT in _src(cell):
-            _set_src(cell, _src(cell).replace(IMPORT, f"{IMPORT}\n{SAY_IMPORT}" if kept_glue else SAY_IMPORT, 1))
+            _set_src(
+                cell,
+                _src(cell).replace(
+                    IMPORT, f"{IMPORT}\n{SAY_IMPORT}" if kept_glue else SAY_IMPORT, 1
+                ),
+            )
             break
     return nb
 
@@ -216,7 +259,9 @@ def main(argv=None) -> int:
             for line in reasons:
                 print(f"    {line}")
             continue
-        n = sum(len(GLUE_TEXT.findall(_src(c))) for c in nb["cells"] if c["cell_type"] == "markdown")
+        n = sum(
+            len(GLUE_TEXT.findall(_src(c))) for c in nb["cells"] if c["cell_type"] == "markdown"
+        )
         print(f"{path}: {n} {{glue:text}} reads -> {{eval}}{' (check only)' if ns.check else ''}")
         if not ns.check:
             path.write_text(json.dumps(new, indent=1, ensure_ascii=False) + "\n")

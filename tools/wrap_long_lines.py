@@ -20,44 +20,63 @@ from pathlib import Path
 
 
 def docstring_lines(source: str) -> set[int]:
-    """0-based numbers of the prose lines of docstrings (module, class, function): the first line and those
-    at the docstring's own indent; deeper lines are examples (commands, code) and stay as they are."""
+    """0-based numbers of the prose lines of docstrings (module, class, function): the first line
+    and those at the docstring's own indent; deeper lines are examples (commands, code) and stay as
+    they are."""
     out: set[int] = set()
     lines = source.split("\n")
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-                    and isinstance(body[0].value.value, str):
+            if (
+                body
+                and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)
+            ):
                 first, last = body[0].lineno - 1, body[0].end_lineno
                 rest = [lines[n] for n in range(first + 1, last) if lines[n].strip()]
                 base = min((len(x) - len(x.lstrip()) for x in rest), default=0)
                 out.add(first)
-                out.update(n for n in range(first + 1, last)
-                           if lines[n].strip() and len(lines[n]) - len(lines[n].lstrip()) == base)
+                out.update(
+                    n
+                    for n in range(first + 1, last)
+                    if lines[n].strip() and len(lines[n]) - len(lines[n].lstrip()) == base
+                )
     return out
 
 
 def move_trailing_comments(source: str, width: int) -> str:
-    """A code line made too long by its trailing comment: the comment moves onto its own line above, at the
-    line's indent (ruff format would otherwise break the code to keep the comment beside it)."""
+    """A code line made too long by its trailing comment: the comment moves onto its own line above,
+    at the line's indent (ruff format would otherwise break the code to keep the comment beside
+    it)."""
     lines = source.split("\n")
     code_rows: set[int] = set()
     trailing = {}
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
         if tok.type == tokenize.COMMENT:
             trailing[tok.start[0] - 1] = tok.start[1]
-        elif tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
-                              tokenize.ENDMARKER):
+        elif tok.type not in (
+            tokenize.NL,
+            tokenize.NEWLINE,
+            tokenize.INDENT,
+            tokenize.DEDENT,
+            tokenize.ENDMARKER,
+        ):
             code_rows.update(range(tok.start[0] - 1, tok.end[0]))
     for row in sorted((r for r in trailing if r in code_rows), reverse=True):
         line = lines[row]
         col = trailing[row]
-        if len(line) <= width or "noqa" in line[col:] or "type:" in line[col:] or "pragma" in line[col:]:
+        if (
+            len(line) <= width
+            or "noqa" in line[col:]
+            or "type:" in line[col:]
+            or "pragma" in line[col:]
+        ):
             continue
         code, comment = line[:col].rstrip(), line[col:]
-        indent = line[:len(line) - len(line.lstrip())]
-        lines[row:row + 1] = [indent + comment, code]
+        indent = line[: len(line) - len(line.lstrip())]
+        lines[row : row + 1] = [indent + comment, code]
     return "\n".join(lines)
 
 
@@ -67,27 +86,37 @@ def comment_only_lines(source: str) -> set[int]:
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
         if tok.type == tokenize.COMMENT:
             out.add(tok.start[0] - 1)
-        elif tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
-                              tokenize.ENDMARKER):
+        elif tok.type not in (
+            tokenize.NL,
+            tokenize.NEWLINE,
+            tokenize.INDENT,
+            tokenize.DEDENT,
+            tokenize.ENDMARKER,
+        ):
             code.update(range(tok.start[0] - 1, tok.end[0]))
     return out - code
 
 
 def _split(line: str, width: int, floor: int) -> tuple[str, str] | None:
-    """The line cut at its last space at or before `width` (not inside the first `floor` columns)."""
+    """The line cut at its last space at or before `width` (not inside the first `floor`
+    columns)."""
     cut = line.rfind(" ", floor, width + 1)
     if cut <= floor:
         return None
-    return line[:cut].rstrip(), line[cut + 1:].lstrip()
+    return line[:cut].rstrip(), line[cut + 1 :].lstrip()
 
 
 def _prose(line: str, prefix: str) -> bool:
-    """A line that continues a paragraph: same prefix, some text, not a list item, a quote or a blank."""
+    """A line that continues a paragraph: same prefix, some text, not a list item, a quote or a
+    blank."""
     if not line.startswith(prefix):
         return False
-    rest = line[len(prefix):]
-    return bool(rest.strip()) and not rest[0].isspace() and not rest.startswith(('- ', '* ', '>>>', '"""',
-                                                                                  "'''", '```', '|'))
+    rest = line[len(prefix) :]
+    return (
+        bool(rest.strip())
+        and not rest[0].isspace()
+        and not rest.startswith(('- ', '* ', '>>>', '"""', "'''", '```', '|'))
+    )
 
 
 def wrap(source: str, width: int = 100) -> str:
@@ -99,9 +128,13 @@ def wrap(source: str, width: int = 100) -> str:
         if len(line) > width and (i in docs or i in comments):
             indent = len(line) - len(line.lstrip())
             prefix = line[:indent] + ("# " if i in comments else "")
-            if i in docs and line.lstrip().startswith(('"""', "'''")) and i + 1 < len(lines) \
-                    and i + 1 in docs:
-                nxt_prefix = lines[i + 1][:len(lines[i + 1]) - len(lines[i + 1].lstrip())]
+            if (
+                i in docs
+                and line.lstrip().startswith(('"""', "'''"))
+                and i + 1 < len(lines)
+                and i + 1 in docs
+            ):
+                nxt_prefix = lines[i + 1][: len(lines[i + 1]) - len(lines[i + 1].lstrip())]
                 prefix = nxt_prefix or prefix
             parts = _split(line, width, len(prefix) + 8)
             if parts:
@@ -111,13 +144,15 @@ def wrap(source: str, width: int = 100) -> str:
                 nxt = lines[i + 1] if i + 1 < len(lines) else ""
                 ends_doc = i in docs and rest.rstrip().endswith(('"""', "'''"))
                 if same and not ends_doc and _prose(nxt, prefix):
-                    lines[i + 1] = prefix + rest + " " + nxt[len(prefix):]
+                    lines[i + 1] = prefix + rest + " " + nxt[len(prefix) :]
                     if i + 1 in docs or i + 1 in comments:
                         pass
                 else:
                     lines.insert(i + 1, prefix + rest)
                     docs = {n + 1 if n > i else n for n in docs} | ({i + 1} if i in docs else set())
-                    comments = {n + 1 if n > i else n for n in comments} | ({i + 1} if i in comments else set())
+                    comments = {n + 1 if n > i else n for n in comments} | (
+                        {i + 1} if i in comments else set()
+                    )
                 continue  # the carried line may itself be too long now
         i += 1
     out = "\n".join(lines)
@@ -129,14 +164,21 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("paths", nargs="+")
     p.add_argument("--width", type=int, default=100)
-    p.add_argument("--comments-up", action="store_true",
-                   help="only move overlong trailing comments onto their own line (run before ruff format)")
+    p.add_argument(
+        "--comments-up",
+        action="store_true",
+        help="only move overlong trailing comments onto their own line (run before ruff format)",
+    )
     args = p.parse_args(argv)
     changed = 0
     for root in map(Path, args.paths):
         for f in sorted([root] if root.is_file() else root.rglob("*.py")):
             text = f.read_text()
-            new = move_trailing_comments(text, args.width) if args.comments_up else wrap(text, args.width)
+            new = (
+                move_trailing_comments(text, args.width)
+                if args.comments_up
+                else wrap(text, args.width)
+            )
             if new != text:
                 f.write_text(new)
                 changed += 1

@@ -1,4 +1,5 @@
-"""Tokens for the trainer: a synthetic corpus with a known loss floor, or a Megatron indexed dataset.
+"""Tokens for the trainer: a synthetic corpus with a known loss floor, or a Megatron indexed
+dataset.
 
 Both sources are addressed by a global sample number j = step*gbs + b, so the global batch of a
 step is the same set of sequences whatever the layout (dp, cp, pp, mbs): loss curves of different
@@ -34,16 +35,17 @@ from pathlib import Path
 
 import numpy as np
 
-K = 4                       # successors per token
-ACTIVE_MAX = 4096           # the chain uses at most this many token ids
-LOSS_FLOOR = math.log(K)    # nats per predicted token: entropy of a uniform choice among K
+K = 4  # successors per token
+ACTIVE_MAX = 4096  # the chain uses at most this many token ids
+LOSS_FLOOR = math.log(K)  # nats per predicted token: entropy of a uniform choice among K
 
 _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
 # -- sample order ---------------------------------------------------------------------------------
 def sample_ids(step: int, k: int, dp_rank: int, mbs: int, dp: int, gbs: int) -> np.ndarray:
-    """Global sample numbers of micro-batch k on data-parallel rank dp_rank (MegatronPretrainingSampler)."""
+    """Global sample numbers of micro-batch k on data-parallel rank dp_rank
+    (MegatronPretrainingSampler)."""
     start = step * gbs + k * mbs * dp + dp_rank * mbs
     return np.arange(start, start + mbs, dtype=np.int64)
 
@@ -62,7 +64,8 @@ def _mix(x: np.ndarray) -> np.ndarray:
 
 
 class Synthetic:
-    """The Markov-chain corpus of a seed and vocabulary; `windows(ids)` gives samples of seq+1 tokens."""
+    """The Markov-chain corpus of a seed and vocabulary; `windows(ids)` gives samples of seq+1
+    tokens."""
 
     def __init__(self, seed: int, vocab: int, seq: int):
         self.seed, self.seq = seed, seq
@@ -85,10 +88,10 @@ class Synthetic:
         key = _mix(ids * np.uint64(0x9E3779B97F4A7C15) ^ np.uint64(self.seed & 0xFFFFFFFF))
         counters = key[:, None] + np.arange(t, dtype=np.uint64)[None, :]
         r = _mix(counters)
-        choice = (r >> np.uint64(33)) % np.uint64(K)      # step k of the walk, uniform in [0, K)
+        choice = (r >> np.uint64(33)) % np.uint64(K)  # step k of the walk, uniform in [0, K)
         start = (r[:, :1] >> np.uint64(7)) % np.uint64(self.active)
         steps = self.offsets[choice.astype(np.int64)]
-        steps[:, 0] = start[:, 0].astype(np.int64)        # h_0 = random start
+        steps[:, 0] = start[:, 0].astype(np.int64)  # h_0 = random start
         h = np.cumsum(steps, axis=1) % self.active
         return self.perm[h].reshape(n, t)
 
@@ -96,6 +99,7 @@ class Synthetic:
 def synthetic_global_batch(cfg, step: int):
     """torch.int64 [gbs, seq+1]: every sequence of step `step`, in global sample order."""
     import torch
+
     src = Synthetic(cfg.seed, cfg.vocab, cfg.seq)
     ids = np.arange(step * cfg.gbs, (step + 1) * cfg.gbs, dtype=np.int64)
     return torch.from_numpy(src.windows(ids))
@@ -103,8 +107,10 @@ def synthetic_global_batch(cfg, step: int):
 
 # -- batches --------------------------------------------------------------------------------------
 def batch_from_windows(windows):
-    """Megatron's batch dict from int64 windows [b, seq+1] (tokens, labels, loss mask, positions)."""
+    """Megatron's batch dict from int64 windows [b, seq+1] (tokens, labels, loss mask,
+    positions)."""
     import torch
+
     w = torch.as_tensor(windows, dtype=torch.int64)
     b, s = w.shape[0], w.shape[1] - 1
     return {
@@ -119,23 +125,46 @@ def batch_from_windows(windows):
 class Indexed:
     """A Megatron GPTDataset over an indexed dataset prefix; `batch(ids)` collates samples `ids`."""
 
-    def __init__(self, prefix: str, cfg, num_samples: int, is_built_on_rank=lambda: True,
-                 cache_dir: str | None = None):
-        from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+    def __init__(
+        self,
+        prefix: str,
+        cfg,
+        num_samples: int,
+        is_built_on_rank=lambda: True,
+        cache_dir: str | None = None,
+    ):
+        from megatron.core.datasets.blended_megatron_dataset_builder import (
+            BlendedMegatronDatasetBuilder,
+        )
         from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
+
         tok = tokenizer_for(prefix)
         config = GPTDatasetConfig(
-            random_seed=cfg.seed, sequence_length=cfg.seq, blend=([prefix], None), split="100,0,0",
-            tokenizer=tok, reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False,
-            create_attention_mask=False, path_to_cache=cache_dir, mid_level_dataset_surplus=0.005)
+            random_seed=cfg.seed,
+            sequence_length=cfg.seq,
+            blend=([prefix], None),
+            split="100,0,0",
+            tokenizer=tok,
+            reset_position_ids=False,
+            reset_attention_mask=False,
+            eod_mask_loss=False,
+            create_attention_mask=False,
+            path_to_cache=cache_dir,
+            mid_level_dataset_surplus=0.005,
+        )
         # collective: rank 0 builds (and caches the index files) first, then the others
         self.dataset = BlendedMegatronDatasetBuilder(
-            GPTDataset, [num_samples, None, None], is_built_on_rank, config).build()[0]
+            GPTDataset, [num_samples, None, None], is_built_on_rank, config
+        ).build()[0]
 
     def batch(self, ids: np.ndarray) -> dict:
         import torch
+
         items = [self.dataset[int(j)] for j in ids]
-        out = {k: torch.stack([it[k] for it in items]) for k in ("tokens", "labels", "loss_mask", "position_ids")}
+        out = {
+            k: torch.stack([it[k] for it in items])
+            for k in ("tokens", "labels", "loss_mask", "position_ids")
+        }
         out["attention_mask"] = None
         return out
 
@@ -149,10 +178,16 @@ def microbatches(cfg, dp_rank: int, source, device=None, first_step: int = 0):
     while True:
         for k in range(cfg.num_microbatches):
             ids = sample_ids(step, k, dp_rank, cfg.mbs, cfg.dp, cfg.gbs)
-            b = batch_from_windows(source.windows(ids)) if isinstance(source, Synthetic) else source.batch(ids)
+            b = (
+                batch_from_windows(source.windows(ids))
+                if isinstance(source, Synthetic)
+                else source.batch(ids)
+            )
             if device is not None and getattr(device, "type", device) != "cpu":
-                b = {n: (t.pin_memory().to(device, non_blocking=True) if t is not None else None)
-                     for n, t in b.items()}
+                b = {
+                    n: (t.pin_memory().to(device, non_blocking=True) if t is not None else None)
+                    for n, t in b.items()
+                }
             yield b
         step += 1
 
@@ -179,8 +214,10 @@ class _HFTokenizer:
         try:
             from transformers import AutoTokenizer
         except ImportError as e:
-            raise ImportError(f"tokenizer={path!r} needs the `transformers` package: pip install transformers, "
-                              "or use tokenizer='byte'") from e
+            raise ImportError(
+                f"tokenizer={path!r} needs the `transformers` package: pip install transformers, "
+                "or use tokenizer='byte'"
+            ) from e
         self._tok = AutoTokenizer.from_pretrained(path)
         self.vocab_size = len(self._tok)
         self.eod = self._tok.eos_token_id
@@ -205,50 +242,79 @@ def tokenizer_for(prefix: str):
 
 
 class BadCorpus(ValueError):
-    """The corpus to tokenize is missing or a line is not a JSON object with text; the message says where."""
+    """The corpus to tokenize is missing or a line is not a JSON object with text; the message says
+    where."""
 
 
 def _text(line: str, key: str, where: str) -> str:
     try:
         doc = json.loads(line)
     except ValueError:
-        raise BadCorpus(f"{where}: not JSON: each line must be an object like {{\"{key}\": \"...\"}}") from None
+        raise BadCorpus(
+            f"{where}: not JSON: each line must be an object like {{\"{key}\": \"...\"}}"
+        ) from None
     if not isinstance(doc, dict) or not isinstance(doc.get(key), str):
-        raise BadCorpus(f"{where}: no text in field {key!r}: each line must be an object like {{\"{key}\": \"...\"}}")
+        raise BadCorpus(
+            f"{where}: no text in field {key!r}: each line must be an object like "
+            f"{{\"{key}\": \"...\"}}"
+        )
     return doc[key]
 
 
-def prepare_data(input_jsonl: str, output_prefix: str, tokenizer: str = "byte", text_key: str = "text") -> dict:
+def prepare_data(
+    input_jsonl: str, output_prefix: str, tokenizer: str = "byte", text_key: str = "text"
+) -> dict:
     """Tokenize a JSON-lines file into Megatron's indexed dataset (PREFIX.bin/.idx, + PREFIX.json).
 
     Each document ends with the tokenizer's end-of-document token, as Megatron-LM's
     tools/preprocess_data.py --append-eod does. Returns the summary also written to PREFIX.json.
     """
     import warnings
-    with warnings.catch_warnings():   # importing Megatron warns that its optimizers fall back: none is used here
+
+    # importing Megatron warns that its optimizers fall back: none is used here
+    with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
-        from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder, get_bin_path, get_idx_path
+        from megatron.core.datasets.indexed_dataset import (
+            DType,
+            IndexedDatasetBuilder,
+            get_bin_path,
+            get_idx_path,
+        )
     if not Path(input_jsonl).is_file():
-        raise BadCorpus(f"{input_jsonl}: no such file: pass a JSON Lines file with a {text_key!r} field per line")
+        raise BadCorpus(
+            f"{input_jsonl}: no such file: pass a JSON Lines file with a {text_key!r} field per "
+            f"line"
+        )
     if tokenizer != "byte" and not Path(tokenizer).exists():
-        raise BadCorpus(f"tokenizer {tokenizer!r}: pass 'byte' or the folder of a Hugging Face tokenizer")
+        raise BadCorpus(
+            f"tokenizer {tokenizer!r}: pass 'byte' or the folder of a Hugging Face tokenizer"
+        )
     tok = _tokenizer(tokenizer)
     try:
         Path(output_prefix).parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # a file where a folder of the prefix should be, a read-only disk
-        raise BadCorpus(f"--output-prefix {output_prefix}: cannot make its folder ({exc.strerror}): pass a prefix "
-                        f"in a folder you can write") from None
-    part = f"{output_prefix}.part{os.getpid()}"  # written whole, then renamed: no half dataset under the prefix
+        raise BadCorpus(
+            f"--output-prefix {output_prefix}: cannot make its folder ({exc.strerror}): pass a "
+            f"prefix "
+            f"in a folder you can write"
+        ) from None
+    # written whole, then renamed: no half dataset under the prefix
+    part = f"{output_prefix}.part{os.getpid()}"
     try:
-        builder = IndexedDatasetBuilder(get_bin_path(part), dtype=DType.optimal_dtype(tok.vocab_size))
+        builder = IndexedDatasetBuilder(
+            get_bin_path(part), dtype=DType.optimal_dtype(tok.vocab_size)
+        )
         docs = tokens = 0
         with open(input_jsonl, "rb") as f:
             for n, raw in enumerate(f, start=1):
                 try:
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError as exc:
-                    raise BadCorpus(f"{input_jsonl}:{n}: not UTF-8 (byte {raw[exc.start]:#04x} at column {exc.start + 1})"
-                                    f": convert the file (e.g. iconv -f latin1 -t utf-8)") from None
+                    raise BadCorpus(
+                        f"{input_jsonl}:{n}: not UTF-8 (byte {raw[exc.start]:#04x} at column "
+                        f"{exc.start + 1})"
+                        f": convert the file (e.g. iconv -f latin1 -t utf-8)"
+                    ) from None
                 if not line.strip():
                     continue
                 ids = tok.tokenize(_text(line, text_key, f"{input_jsonl}:{n}")) + [tok.eod]
@@ -260,7 +326,13 @@ def prepare_data(input_jsonl: str, output_prefix: str, tokenizer: str = "byte", 
     finally:
         for leftover in (get_bin_path(part), get_idx_path(part)):
             Path(leftover).unlink(missing_ok=True)
-    summary = {"prefix": output_prefix, "tokenizer": tokenizer, "vocab_size": tok.vocab_size,
-               "eod": tok.eod, "documents": docs, "tokens": tokens}
+    summary = {
+        "prefix": output_prefix,
+        "tokenizer": tokenizer,
+        "vocab_size": tok.vocab_size,
+        "eod": tok.eod,
+        "documents": docs,
+        "tokens": tokens,
+    }
     Path(output_prefix + ".json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary

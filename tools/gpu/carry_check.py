@@ -1,11 +1,13 @@
-"""Will a device call take this working tree and these carried paths? Run it here before a chained lease:
-the device refuses a call whose tree passes 64 MiB (tracked and untracked-not-ignored files, shared/ where the
-checkout has one, and the carried paths), and the calls chained after a refused one fail too.
+"""Will a device call take this working tree and these carried paths? Run it here before a chained
+lease: the device refuses a call whose tree passes 64 MiB (tracked and untracked-not-ignored files,
+shared/ where the checkout has one, and the carried paths), and the calls chained after a refused
+one fail too.
 
     python3 tools/gpu/carry_check.py .gpuwheels/lite .gpuwheels/tebuilt .gpuwheels/install.sh .peer
 
 Prints the total and the largest parts; exits 1 when it is over, naming what could be set aside.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -24,8 +26,12 @@ def size_mib(path: Path) -> float:
 
 def tree_files(root: Path) -> list[Path]:
     """The files the device copies besides the carried ones: tracked and untracked-not-ignored."""
-    out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=root, capture_output=True,
-                         check=True).stdout.decode()
+    out = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+        cwd=root,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
     return [root / f for f in out.split("\0") if f and (root / f).is_file()]
 
 
@@ -51,9 +57,15 @@ def main(argv=None) -> int:
     total = sum(v for k, v in got.items() if not k.startswith("  "))
     for name, mib in got.items():
         print(f"{mib:8.1f} MiB  {name}")
-    print(f"{total:8.1f} MiB  in all, limit {LIMIT_MIB:.0f}: {'fits' if total <= LIMIT_MIB else 'OVER'}")
+    print(
+        f"{total:8.1f} MiB  in all, limit {LIMIT_MIB:.0f}: "
+        f"{'fits' if total <= LIMIT_MIB else 'OVER'}"
+    )
     if total > LIMIT_MIB:
-        print("set a large tracked file aside for this call (e.g. mv results/runs.jsonl /tmp/) or carry less")
+        print(
+            "set a large tracked file aside for this call (e.g. mv results/runs.jsonl /tmp/) or "
+            "carry less"
+        )
     return 0 if total <= LIMIT_MIB else 1
 
 

@@ -1,16 +1,19 @@
-"""Check a plan on this CPU machine before GPU time is spent on it (issues 23 and 24: the 4- and 8-GPU plans).
+"""Check a plan on this CPU machine before GPU time is spent on it (issues 23 and 24: the 4- and
+8-GPU plans).
 
     python3 tools/gpu/dry_run_plan.py plan.txt [--timeout 600]
 
-Each job of the plan (pack.py's format; a fit line is checked at its starting point, a parity line at its
-layout) is built by `megalab run --dry-run`: gloo on CPU, Megatron Core builds every rank's shards and
-counts their parameters, which must equal theory's count per rank (theory.params_per_rank). Megatron cannot build Transformer Engine
-layers without TE: where this machine has none, a job asking for TE is built with Megatron's local spec
-when its layout runs without TE (same parameters, same shards), and only validated where it cannot
-(sequence parallelism, context parallelism, FP8, CUDA graphs). Experts build either way (the local
-spec's SequentialMLP holds the same weights as TE's grouped GEMM). Prints one line per job and
-a count; exits 1 if any job failed.
+Each job of the plan (pack.py's format; a fit line is checked at its starting point, a parity line
+at its layout) is built by `megalab run --dry-run`: gloo on CPU, Megatron Core builds every rank's
+shards and counts their parameters, which must equal theory's count per rank
+(theory.params_per_rank). Megatron cannot build Transformer Engine layers without TE: where this
+machine has none, a job asking for TE is built with Megatron's local spec when its layout runs
+without TE (same parameters, same shards), and only validated where it cannot (sequence parallelism,
+context parallelism, FP8, CUDA graphs). Experts build either way (the local spec's SequentialMLP
+holds the same weights as TE's grouped GEMM). Prints one line per job and a count; exits 1 if any
+job failed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,26 +27,37 @@ from megalab import theory
 from megalab.runs.config import InvalidLayout
 from megalab.runs.flags import add_config_args, config_from_args, config_to_args
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))   # pack.py, beside this file
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # pack.py, beside this file
 from pack import _jobs as pack_jobs  # noqa: E402
 
 
 def _jobs(path):
-    """(tag, RunConfig) per job of a plan, read by pack.py's own reader; `wait` lines and the subcommand
-    (fit, parity, peer) skipped."""
+    """(tag, RunConfig) per job of a plan, read by pack.py's own reader; `wait` lines and the
+    subcommand (fit, parity, peer) skipped."""
     for _, tag, _, flags in pack_jobs(path):
         if tag == "wait":
             continue
-        while flags and not flags[0].startswith("-"):   # fit, parity, peer
+        while flags and not flags[0].startswith("-"):  # fit, parity, peer
             flags = flags[1:]
-        known, _ = add_config_args(argparse.ArgumentParser(allow_abbrev=False)).parse_known_args(flags)  # fit's --hi is not --hidden
+        # fit's --hi is not --hidden
+        known, _ = add_config_args(argparse.ArgumentParser(allow_abbrev=False)).parse_known_args(
+            flags
+        )
         yield tag, config_from_args(known)
 
 
 def needs_te(cfg) -> str | None:
     """Why this layout cannot be built with the local spec, or None."""
-    reasons = [why for on, why in ((cfg.sp, "sequence parallelism"), (cfg.cp > 1, "context parallelism"),
-                                   (cfg.fp8, "FP8"), (cfg.cuda_graphs != "none", "CUDA graphs")) if on]
+    reasons = [
+        why
+        for on, why in (
+            (cfg.sp, "sequence parallelism"),
+            (cfg.cp > 1, "context parallelism"),
+            (cfg.fp8, "FP8"),
+            (cfg.cuda_graphs != "none", "CUDA graphs"),
+        )
+        if on
+    ]
     return ", ".join(reasons) or None
 
 

@@ -1,7 +1,9 @@
-"""What the host adds to a step: CPU, VM or bare metal, NCCL, links, and the cost of one kernel launch.
+"""What the host adds to a step: CPU, VM or bare metal, NCCL, links, and the cost of one kernel
+launch.
 
-    python3 tools/gpu/host_probe.py > host.json
+python3 tools/gpu/host_probe.py > host.json
 """
+
 import json
 import os
 import platform
@@ -12,7 +14,8 @@ import torch
 
 
 def launch_us(n=20000):
-    """Host microseconds per eager kernel launch (tiny add_), and per kernel replayed from a CUDA graph."""
+    """Host microseconds per eager kernel launch (tiny add_), and per kernel replayed from a CUDA
+    graph."""
     x = torch.zeros(1, device="cuda")
     for _ in range(1000):
         x.add_(1)
@@ -35,15 +38,24 @@ def launch_us(n=20000):
         g.replay()
     torch.cuda.synchronize()
     graph = time.perf_counter() - t
-    return {"eager_launch_host_us": 1e6 * host / n, "eager_kernel_wall_us": 1e6 * total / n,
-            "graph_kernel_wall_us": 1e6 * graph / n}
+    return {
+        "eager_launch_host_us": 1e6 * host / n,
+        "eager_kernel_wall_us": 1e6 * total / n,
+        "graph_kernel_wall_us": 1e6 * graph / n,
+    }
 
 
 def cpu():
     info = open("/proc/cpuinfo").read()
-    model = next((l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith("model name")), "?")
-    return {"cpu_model": model, "cpu_count": os.cpu_count(), "vm": " hypervisor" in info,
-            "kernel": platform.release()}
+    model = next(
+        (l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith("model name")), "?"
+    )
+    return {
+        "cpu_model": model,
+        "cpu_count": os.cpu_count(),
+        "vm": " hypervisor" in info,
+        "kernel": platform.release(),
+    }
 
 
 def run(cmd):
@@ -53,7 +65,13 @@ def run(cmd):
         return f"{cmd[0]}: {e}"
 
 
-out = {**cpu(), "gpu": torch.cuda.get_device_name(0), "gpu_count": torch.cuda.device_count(),
-       "nccl": ".".join(map(str, torch.cuda.nccl.version())), "torch": torch.__version__,
-       **launch_us(), "topo": run(["nvidia-smi", "topo", "-m"])}
+out = {
+    **cpu(),
+    "gpu": torch.cuda.get_device_name(0),
+    "gpu_count": torch.cuda.device_count(),
+    "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+    "torch": torch.__version__,
+    **launch_us(),
+    "topo": run(["nvidia-smi", "topo", "-m"]),
+}
 print(json.dumps(out, indent=1))

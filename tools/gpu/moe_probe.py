@@ -9,6 +9,7 @@ checks are not re-run: use fields whose checks the trainer's values already pass
 trainer's own metrics lines; nothing is recorded in the store: a setting that wins becomes a default
 in megalab.train.wiring, then gets recorded.
 """
+
 import dataclasses
 import json
 import os

@@ -1,4 +1,5 @@
-"""Provoke a real NCCL timeout, safely, for the log parser's test fixture (tests/data/log_nccl_timeout.txt).
+"""Provoke a real NCCL timeout, safely, for the log parser's test fixture
+(tests/data/log_nccl_timeout.txt).
 
     torchrun --nproc_per_node=2 tools/gpu/nccl_timeout.py > log.txt 2>&1
 
@@ -6,6 +7,7 @@ Two ranks agree on one all-reduce, then rank 1 skips the second: rank 0 waits in
 process-group timeout, its watchdog aborts the communicator and torchrun tears the job down. Nothing
 else runs on those GPUs, and every process is gone within a minute.
 """
+
 import datetime
 import os
 import time

@@ -3,21 +3,23 @@
     python3 tools/gpu/pack.py tools/gpu/plans/smoke.txt [--gpus 4] [--timeout 300] [--serial]
 
 A plan file has one job per line: `<tag> <megalab run flags>`, or `<tag> <subcommand> <flags>` for
-another megalab subcommand such as fit (blank lines and # comments skipped). A tag ending in `!` runs
-its job alone on the host (a timing baseline); a line `wait` starts nothing more until every job
-started so far has finished (parity after its reference runs). fit and parity run in auto mode, so
-probes and reference runs already recorded here are read back, not repeated. `megalab experiments`
-prints these plans.
+another megalab subcommand such as fit (blank lines and # comments skipped). A tag ending in `!`
+runs its job alone on the host (a timing baseline); a line `wait` starts nothing more until every
+job started so far has finished (parity after its reference runs). fit and parity run in auto mode,
+so probes and reference runs already recorded here are read back, not repeated. `megalab
+experiments` prints these plans.
 Each job asks for cfg.gpus GPUs; jobs are started greedily, each with its own CUDA_VISIBLE_DEVICES,
-so four 1-GPU jobs or two 2-GPU jobs share the host. Records get the plan's tag plus "packed" when the
-job shared the host with another one: timings that a chapter quotes come from `--serial` plans.
+so four 1-GPU jobs or two 2-GPU jobs share the host. Records get the plan's tag plus "packed" when
+the job shared the host with another one: timings that a chapter quotes come from `--serial` plans.
 Every outcome (ok, oom, failed, ...) is a record; the pack never stops on a failed job.
-With --resume, a plan run again on the same host (chained calls) skips the lines whose job exited 0 in an
-earlier call; a line that failed (an OOM too: it is cheap to record again, and a job that died of a broken
-install must not count as done), was cut off by --hard-end or never started runs again, once: a line that
-failed TRIES times on this host is skipped (session 15 re-ran a failing line and four OOMs). A line counts
-as the same only with the same number and text: a plan edited between calls runs its changed lines.
+With --resume, a plan run again on the same host (chained calls) skips the lines whose job exited 0
+in an earlier call; a line that failed (an OOM too: it is cheap to record again, and a job that died
+of a broken install must not count as done), was cut off by --hard-end or never started runs again,
+once: a line that failed TRIES times on this host is skipped (session 15 re-ran a failing line and
+four OOMs). A line counts as the same only with the same number and text: a plan edited between
+calls runs its changed lines.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,10 +31,13 @@ import sys
 import time
 
 
-PROGRESS = "/tmp/megalab-plan-done"  # survives between chained calls on one host, not onto a new one
-TRIES = 2                            # a line that failed this often on this host is not run again by --resume
-# --hard-end cuts each run's time limit, but a fit or parity line is several runs: one still going this long past
-# the hard end is interrupted (session 18's last call ran a fit search past its own limit: no tarball came back)
+# survives between chained calls on one host, not onto a new one
+PROGRESS = "/tmp/megalab-plan-done"
+# a line that failed this often on this host is not run again by --resume
+TRIES = 2
+# --hard-end cuts each run's time limit, but a fit or parity line is several runs: one still going
+# this long past the hard end is interrupted (session 18's last call ran a fit search past its own
+# limit: no tarball came back)
 HARD_END_SLACK_S = 5
 STOP_GRACE_S = 15
 
@@ -86,7 +91,8 @@ def mark_done(plan: str, number: int, failed: bool = False) -> None:
 
 
 def read_given_up(plan: str) -> dict[int, str]:
-    """{line number: line text} of the plan's lines that failed TRIES times on this host, as they read now."""
+    """{line number: line text} of the plan's lines that failed TRIES times on this host, as they
+    read now."""
     now = dict(_lines(plan))
     counts: dict[int, int] = {}
     for n, text in _rows(progress_file(plan) + ".failed"):
@@ -96,27 +102,37 @@ def read_given_up(plan: str) -> dict[int, str]:
 
 
 def cut_off(elapsed_s: float, timeout_s: float, full_timeout_s: float) -> bool:
-    """Whether --hard-end cut a job off: its timeout was shorter than the plan's own, and nearly used up."""
+    """Whether --hard-end cut a job off: its timeout was shorter than the plan's own, and nearly
+    used up."""
     return timeout_s < full_timeout_s and elapsed_s >= timeout_s - 5
 
 
-def finished(returncode: int, elapsed_s: float, timeout_s: float, full_timeout_s: float, one_run: bool = False) -> bool:
-    """A job counts as done when it exited 0 and was not cut off by --hard-end. One run (`run`, `peer`) that --hard-end
-    cut off exits 1 (its record says timeout), so its 0 is enough: session 25's run that trained to the end 5 s past its
-    shortened timeout counted as cut off and ran again, 175 s of the lease. A fit or parity line is several runs, and
-    one cut off can still leave the line's exit 0, so there the timing decides."""
+def finished(
+    returncode: int,
+    elapsed_s: float,
+    timeout_s: float,
+    full_timeout_s: float,
+    one_run: bool = False,
+) -> bool:
+    """A job counts as done when it exited 0 and was not cut off by --hard-end. One run (`run`,
+    `peer`) that --hard-end cut off exits 1 (its record says timeout), so its 0 is enough: session
+    25's run that trained to the end 5 s past its shortened timeout counted as cut off and ran
+    again, 175 s of the lease. A fit or parity line is several runs, and one cut off can still leave
+    the line's exit 0, so there the timing decides."""
     return returncode == 0 and (one_run or not cut_off(elapsed_s, timeout_s, full_timeout_s))
 
 
 def ctrl_c_restored() -> None:
-    """A job's SIGINT back to the default before it starts, so that Python turns it into KeyboardInterrupt (`stop`): a
-    plan started as a shell's background job (`cmd &`) inherits SIGINT ignored, and its jobs would ignore `stop`'s
-    interrupt until the kill (session 20 found it in this module's test, run in the background)."""
+    """A job's SIGINT back to the default before it starts, so that Python turns it into
+    KeyboardInterrupt (`stop`): a plan started as a shell's background job (`cmd &`) inherits SIGINT
+    ignored, and its jobs would ignore `stop`'s interrupt until the kill (session 20 found it in
+    this module's test, run in the background)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def stop(proc, grace_s: float = STOP_GRACE_S) -> None:
-    """Interrupt a job as Ctrl-C would (megalab's launcher then stops its ranks), and kill it if it lingers."""
+    """Interrupt a job as Ctrl-C would (megalab's launcher then stops its ranks), and kill it if it
+    lingers."""
     proc.send_signal(signal.SIGINT)
     try:
         proc.wait(timeout=grace_s)
@@ -128,17 +144,27 @@ def stop(proc, grace_s: float = STOP_GRACE_S) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("plan")
-    p.add_argument("--gpus", type=int, default=None, help="GPUs of this host (default: nvidia-smi's count)")
+    p.add_argument(
+        "--gpus", type=int, default=None, help="GPUs of this host (default: nvidia-smi's count)"
+    )
     p.add_argument("--timeout", type=int, default=300)
     p.add_argument("--serial", action="store_true", help="one job at a time (for timings)")
     p.add_argument("--deadline", type=float, help="start no job after this many seconds")
-    p.add_argument("--hard-end", type=float, help="no run may last past this many seconds: each job's --timeout "
-                   "is cut to the time left (set it under the call's limit, so the tarball is still written)")
-    p.add_argument("--resume", action="store_true", help="skip the lines an earlier call on this host finished")
+    p.add_argument(
+        "--hard-end",
+        type=float,
+        help="no run may last past this many seconds: each job's --timeout "
+        "is cut to the time left (set it under the call's limit, so the tarball is still written)",
+    )
+    p.add_argument(
+        "--resume", action="store_true", help="skip the lines an earlier call on this host finished"
+    )
     args = p.parse_args(argv)
     if args.gpus is None:
         try:
-            smi = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.strip()
+            smi = subprocess.run(
+                ["nvidia-smi", "-L"], capture_output=True, text=True
+            ).stdout.strip()
         except OSError:  # no driver tools on this machine
             smi = ""
         args.gpus = len(smi.splitlines()) or 4
@@ -152,9 +178,13 @@ def main(argv=None) -> int:
             os.remove(path)
     todo = list(_jobs(args.plan, done))
     if finished_before:
-        print(f"resume: {finished_before} line(s) of {args.plan} already finished on this host", flush=True)
+        print(
+            f"resume: {finished_before} line(s) of {args.plan} already finished on this host",
+            flush=True,
+        )
     free = list(range(args.gpus))
-    running: list[tuple] = []  # (process, its GPUs, what, start time, solo, line number, its timeout, one run)
+    # (process, its GPUs, what, start time, solo, line number, its timeout, one run)
+    running: list[tuple] = []
     start = time.time()
     while todo or running:
         if args.deadline and todo and time.time() - start > args.deadline:
@@ -178,25 +208,58 @@ def main(argv=None) -> int:
             if len(free) >= gpus and not any(r[4] for r in running):
                 mine, free = free[:gpus], free[gpus:]
                 packed = not args.serial and not (solo or gpus == args.gpus)
-                tags = ["--tag", tag] + (["--tag", "packed"] if packed else [])  # run, fit and parity alike
+                # run, fit and parity alike
+                tags = ["--tag", tag] + (["--tag", "packed"] if packed else [])
                 timeout = args.timeout
                 if args.hard_end:
                     timeout = max(30, min(timeout, args.hard_end - (time.time() - start)))
-                sub = ["run"] if flags[0].startswith("--") else [flags.pop(0)]  # e.g. "fit --vary mbs ..."
-                mode = "live" if sub in (["run"], ["peer"]) else "auto"  # a timing repeats; fit/parity reuse
-                cmd = [sys.executable, "-m", "megalab", *sub, *flags, "--mode", mode,
-                       "--timeout", f"{timeout:.0f}", *tags]
+                # e.g. "fit --vary mbs ..."
+                sub = ["run"] if flags[0].startswith("--") else [flags.pop(0)]
+                # a timing repeats; fit/parity reuse
+                mode = "live" if sub in (["run"], ["peer"]) else "auto"
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "megalab",
+                    *sub,
+                    *flags,
+                    "--mode",
+                    mode,
+                    "--timeout",
+                    f"{timeout:.0f}",
+                    *tags,
+                ]
                 env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(map(str, mine))}
-                log = open(f"/tmp/pack-{len(running)}-{int(time.time()*1000)}.log", "w")
-                proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=ctrl_c_restored)
-                running.append((proc, mine, " ".join(flags), time.time(), solo, number, timeout, mode == "live"))
+                log = open(f"/tmp/pack-{len(running)}-{int(time.time() * 1000)}.log", "w")
+                proc = subprocess.Popen(
+                    cmd, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=ctrl_c_restored
+                )
+                running.append(
+                    (
+                        proc,
+                        mine,
+                        " ".join(flags),
+                        time.time(),
+                        solo,
+                        number,
+                        timeout,
+                        mode == "live",
+                    )
+                )
                 todo.remove(job)
-                print(f"[{time.time()-start:6.1f}s] start {tag} on GPUs {mine}: {' '.join(flags)}", flush=True)
+                print(
+                    f"[{time.time() - start:6.1f}s] start {tag} on GPUs {mine}: {' '.join(flags)}",
+                    flush=True,
+                )
         time.sleep(0.5)
         for item in list(running):
             proc, mine, what, t0, _, number, timeout, one_run = item
-            if args.hard_end and proc.poll() is None and time.time() - start > args.hard_end + HARD_END_SLACK_S:
-                print(f"[{time.time()-start:6.1f}s] hard end: interrupting {what}", flush=True)
+            if (
+                args.hard_end
+                and proc.poll() is None
+                and time.time() - start > args.hard_end + HARD_END_SLACK_S
+            ):
+                print(f"[{time.time() - start:6.1f}s] hard end: interrupting {what}", flush=True)
                 stop(proc)
             if proc.poll() is not None:
                 running.remove(item)
@@ -204,11 +267,15 @@ def main(argv=None) -> int:
                 elapsed = time.time() - t0
                 if finished(proc.returncode, elapsed, timeout, args.timeout, one_run):
                     mark_done(args.plan, number)
-                elif not cut_off(elapsed, timeout, args.timeout):   # failed on its own: one more try, then given up
+                # failed on its own: one more try, then given up
+                elif not cut_off(elapsed, timeout, args.timeout):
                     mark_done(args.plan, number, failed=True)
-                print(f"[{time.time()-start:6.1f}s] done rc={proc.returncode} in {time.time()-t0:.0f}s: {what}",
-                      flush=True)
-    print(f"plan {args.plan} finished in {time.time()-start:.0f}s", flush=True)
+                print(
+                    f"[{time.time() - start:6.1f}s] done rc={proc.returncode} in "
+                    f"{time.time() - t0:.0f}s: {what}",
+                    flush=True,
+                )
+    print(f"plan {args.plan} finished in {time.time() - start:.0f}s", flush=True)
     return 0
 
 

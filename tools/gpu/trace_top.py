@@ -2,12 +2,14 @@
 
     python3 tools/gpu/trace_top.py RUN_DIR [--step 7] [--top 15] > RUN_DIR/trace_top.json
 
-Prints one JSON object: the step's wall time, the time at least one kernel was running (busy), the kernel
-count, the top kernels by total time (name, calls, ms), and the CUDA runtime calls by total time (launches,
-synchronizations, copies: a host that waits on the GPU every layer shows up here), and the CPU ops by self
-time. Reads trace_rank0.json
-from RUN_DIR (the trainer's --profile writes it; recording tarballs leave it out, so run this on the host).
+Prints one JSON object: the step's wall time, the time at least one kernel was running (busy), the
+kernel count, the top kernels by total time (name, calls, ms), and the CUDA runtime calls by total
+time (launches, synchronizations, copies: a host that waits on the GPU every layer shows up here),
+and the CPU ops by self time. Reads trace_rank0.json
+from RUN_DIR (the trainer's --profile writes it; recording tarballs leave it out, so run this on the
+host).
 """
+
 import argparse
 import collections
 import json
@@ -15,8 +17,8 @@ import os
 
 
 def self_times(events, top: int) -> list:
-    """CPU ops by self time (their duration minus that of the ops nested in them, thread by thread): where
-    the host's time goes, not counting what an op calls."""
+    """CPU ops by self time (their duration minus that of the ops nested in them, thread by thread):
+    where the host's time goes, not counting what an op calls."""
     own, calls = collections.Counter(), collections.Counter()
     by_thread = collections.defaultdict(list)
     for e in events:
@@ -61,11 +63,17 @@ def summary(trace: dict, step: int, top: int) -> dict:
             calls[e["name"][:90]] += 1
         return [[name, calls[name], round(ms, 3)] for name, ms in total.most_common(top)]
 
-    return {"cpu_self": self_times(inside, top), "step": step, "wall_ms": window[0]["dur"] / 1e3, "kernel_busy_ms": round(busy / 1e3, 3),
-            "kernels": len(kernels), "kernel_sum_ms": round(sum(e["dur"] for e in kernels) / 1e3, 3),
-            "top_kernels": table(kernels),
-            "runtime": table([e for e in inside if e.get("cat") == "cuda_runtime"]),
-            "cpu_ops": table([e for e in inside if e.get("cat") == "cpu_op"])}
+    return {
+        "cpu_self": self_times(inside, top),
+        "step": step,
+        "wall_ms": window[0]["dur"] / 1e3,
+        "kernel_busy_ms": round(busy / 1e3, 3),
+        "kernels": len(kernels),
+        "kernel_sum_ms": round(sum(e["dur"] for e in kernels) / 1e3, 3),
+        "top_kernels": table(kernels),
+        "runtime": table([e for e in inside if e.get("cat") == "cuda_runtime"]),
+        "cpu_ops": table([e for e in inside if e.get("cat") == "cpu_op"]),
+    }
 
 
 if __name__ == "__main__":

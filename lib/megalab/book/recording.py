@@ -1,9 +1,9 @@
 """The GPU host's recording plan, printed from the chapters' run definitions.
 
 `megalab experiments ch01 --missing` lists what results/ does not answer yet, as tools/gpu/pack.py
-lines (`<tag> <megalab args>`), in an order that keeps the host busy and times baselines alone. A chapter's
-comparison groups (specs.Group) come first, each as one block: a warm-up run, its configurations alternated
-(A B C A B C), its profiled run, every line alone on the host.
+lines (`<tag> <megalab args>`), in an order that keeps the host busy and times baselines alone. A
+chapter's comparison groups (specs.Group) come first, each as one block: a warm-up run, its
+configurations alternated (A B C A B C), its profiled run, every line alone on the host.
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ def _gpu_of(item) -> str | None:
 
 
 def is_recorded(item, store=None) -> bool:
-    """Does the store answer this item in cached mode with settled outcomes (ok, oom, invalid), every run
-    of a fit or parity included? A timeout or crash on record is worth recording again, unless the run trained
-    every step and only its exit was cut (records.trained)."""
+    """Does the store answer this item in cached mode with settled outcomes (ok, oom, invalid),
+    every run of a fit or parity included? A timeout or crash on record is worth recording again,
+    unless the run trained every step and only its exit was cut (records.trained)."""
     from megalab.jobs.running import SETTLED, NotRecorded, run
     from megalab.jobs.sweep import ProbeFailed
+
     if isinstance(item, Group):
         return _group_recorded(item, store)
     try:
@@ -45,6 +46,7 @@ def _group_recorded(group: Group, store) -> bool:
     """Every configuration of the group timed `rounds` times, and its profiled run, in one recording
     (timings.group: one host, commit and trainer)."""
     from megalab.records.timings import NotOneGroup, group_runs, loose_key
+
     try:
         timed, profiled = group_runs(store, group.name, _gpu_of(group) or "H200")
     except (LookupError, NotOneGroup):
@@ -53,19 +55,34 @@ def _group_recorded(group: Group, store) -> bool:
     return profiled is not None and min(counts) >= group.rounds
 
 
-SOLO_SERIES = ("weak", "weak_large", "weak_mbs16", "strong", "one_stage")  # their 1-GPU points are scaling baselines: timed alone
+# their 1-GPU points are scaling baselines: timed alone
+SOLO_SERIES = ("weak", "weak_large", "weak_mbs16", "strong", "one_stage")
 
 
-def _jobs(chapter: str, gpus: int, gpu: str, missing_only: bool, store, pending: bool = False,
-          host_gpus: int | None = None) -> list[tuple]:
-    """(order, line) pairs for pack.py: timing baselines alone first, then the widest jobs, fits early
-    (they are chains of probes), reference runs, a `wait`, the parity layouts, and last the fits that
-    take the whole host. On a host of `host_gpus` GPUs, a timed run narrower than the host runs alone too
-    (pack.py would start another job beside it); profiled runs, fits and parity share the host."""
+def _jobs(
+    chapter: str,
+    gpus: int,
+    gpu: str,
+    missing_only: bool,
+    store,
+    pending: bool = False,
+    host_gpus: int | None = None,
+) -> list[tuple]:
+    """(order, line) pairs for pack.py: timing baselines alone first, then the widest jobs, fits
+    early (they are chains of probes), reference runs, a `wait`, the parity layouts, and last the
+    fits that take the whole host. On a host of `host_gpus` GPUs, a timed run narrower than the host
+    runs alone too (pack.py would start another job beside it); profiled runs, fits and parity share
+    the host."""
     from megalab.jobs.sweep import reference_of
+
     found = (chapters.pending if pending else chapters.runs)(chapter, gpus)
     jobs, refs = [], set()
-    solo_keys = {c.key for name in SOLO_SERIES for c in items(found.get(name, [])) if isinstance(c, RunConfig) and c.gpus == 1}
+    solo_keys = {
+        c.key
+        for name in SOLO_SERIES
+        for c in items(found.get(name, []))
+        if isinstance(c, RunConfig) and c.gpus == 1
+    }
     seen = set()  # run keys and plan lines already planned
     for item in items(found):
         if (_gpu_of(item) or "H200") != gpu or (missing_only and is_recorded(item, store)):
@@ -86,15 +103,20 @@ def _jobs(chapter: str, gpus: int, gpu: str, missing_only: bool, store, pending:
             jobs.append((8 if item.cfg.gpus == gpus else 3, line))
         elif isinstance(item, Parity):
             from megalab.records.store import find
+
             ref = reference_of(item.cfg)
             if ref.key not in refs:  # two repeats: the run-to-run spread sets the parity band
                 refs.add(ref.key)
-                have = len(find(ref, store=store, status="ok", profiled=False, gpu_model=gpu)) if missing_only else 0
+                have = (
+                    len(find(ref, store=store, status="ok", profiled=False, gpu_model=gpu))
+                    if missing_only
+                    else 0
+                )
                 jobs += [(5, line_for(f"{chapter}-ref", "run", ref))] * max(0, 2 - have)
             jobs.append((7, line))
         else:
             jobs.append((1, line))
-    for group in groups(found):   # first, each a block: the warm-up run sets a fresh host going
+    for group in groups(found):  # first, each a block: the warm-up run sets a fresh host going
         if (_gpu_of(group) or "H200") == gpu and not (missing_only and is_recorded(group, store)):
             jobs += [(-1, line) for line in group.plan_lines()]
     jobs.sort(key=lambda j: j[0])
@@ -103,18 +125,27 @@ def _jobs(chapter: str, gpus: int, gpu: str, missing_only: bool, store, pending:
     return jobs
 
 
-def plan(chapter: str, gpus: int = 4, gpu: str = "H200", missing_only: bool = False, store=None,
-         pending: bool = False, host_gpus: int | None = None) -> list[str]:
+def plan(
+    chapter: str,
+    gpus: int = 4,
+    gpu: str = "H200",
+    missing_only: bool = False,
+    store=None,
+    pending: bool = False,
+    host_gpus: int | None = None,
+) -> list[str]:
     """pack.py lines (`<tag> <megalab args>`) for a chapter's records on `gpu` (fits for another GPU
-    model left out), in an order that keeps the host busy; see tools/gpu/pack.py. `pending`: the runs
-    queued for the chapter's next version instead of the ones it reads now. `host_gpus`: the GPUs of the
-    host that runs the plan, when it has more than `gpus` (timed runs then run alone)."""
+    model left out), in an order that keeps the host busy; see tools/gpu/pack.py. `pending`: the
+    runs queued for the chapter's next version instead of the ones it reads now. `host_gpus`: the
+    GPUs of the host that runs the plan, when it has more than `gpus` (timed runs then run
+    alone)."""
     chapter = chapters.resolve(chapter)
     return [line for _, line in _jobs(chapter, gpus, gpu, missing_only, store, pending, host_gpus)]
 
 
 def read_plan(path) -> list[tuple[str, RunConfig]]:
-    """(tag, RunConfig) of each `megalab run` line of a plan file (`<tag> <flags>`; # comments, blank lines)."""
+    """(tag, RunConfig) of each `megalab run` line of a plan file (`<tag> <flags>`; # comments,
+    blank lines)."""
     import argparse
     import shlex
     from pathlib import Path

@@ -1,9 +1,11 @@
-"""What a chapter asks the GPUs for: one run (a RunConfig), a fit search, a parity pair, a profiled run,
-a comparison group (runs timed back to back on one host, alternated: the only runs a step-time comparison reads).
+"""What a chapter asks the GPUs for: one run (a RunConfig), a fit search, a parity pair, a profiled
+run, a comparison group (runs timed back to back on one host, alternated: the only runs a step-time
+comparison reads).
 
-Chapter modules (megalab.book.chapters) build their runs from these; megalab.book.recording prints the GPU host's
-plan from the same objects, so the book and its records cannot drift apart. Every chapter takes `gpus`,
-the most GPUs to scale to, and sweeps `degrees(gpus)`: 4 and 8 GPUs slot in without code changes.
+Chapter modules (megalab.book.chapters) build their runs from these; megalab.book.recording prints
+the GPU host's plan from the same objects, so the book and its records cannot drift apart. Every
+chapter takes `gpus`, the most GPUs to scale to, and sweeps `degrees(gpus)`: 4 and 8 GPUs slot in
+without code changes.
 """
 
 from __future__ import annotations
@@ -14,12 +16,26 @@ from dataclasses import dataclass
 from megalab.runs.config import RunConfig
 from megalab.runs.flags import config_to_args
 
-__all__ = ["items", "groups", "ITERS", "PARITY_ITERS", "GROUP_ITERS", "degrees", "sizing_gpu", "predicted_largest",
-           "Fit", "Parity", "Profiled", "Group"]
+__all__ = [
+    "items",
+    "groups",
+    "ITERS",
+    "PARITY_ITERS",
+    "GROUP_ITERS",
+    "degrees",
+    "sizing_gpu",
+    "predicted_largest",
+    "Fit",
+    "Parity",
+    "Profiled",
+    "Group",
+]
 
-ITERS = 20          # steps per measured run: 3 warm-up steps dropped (metrics.WARMUP_STEPS), median of the rest
-PARITY_ITERS = 50   # steps per loss-parity run
-GROUP_ITERS = 40    # steps per run of a comparison group: 37 timed, 74 per configuration over two rounds
+# steps per measured run: 3 warm-up steps dropped (metrics.WARMUP_STEPS), median of the rest
+ITERS = 20
+PARITY_ITERS = 50  # steps per loss-parity run
+# steps per run of a comparison group: 37 timed, 74 per configuration over two rounds
+GROUP_ITERS = 40
 
 
 def degrees(gpus: int) -> list[int]:
@@ -33,10 +49,11 @@ def degrees(gpus: int) -> list[int]:
 
 
 def sizing_gpu(mode: str, reference: str = "H200") -> str:
-    """The GPU model a chapter's memory searches are sized for: this machine's, when it will run live
-    and its model is in megalab.machine.hardware; otherwise the reference records' GPU."""
+    """The GPU model a chapter's memory searches are sized for: this machine's, when it will run
+    live and its model is in megalab.machine.hardware; otherwise the reference records' GPU."""
     from megalab.machine.env import local_gpus
     from megalab.machine.hardware import UnknownGPU, gpu_spec
+
     here = local_gpus()[0] if mode != "cached" else None
     try:
         return gpu_spec(here).name if here else reference
@@ -45,9 +62,11 @@ def sizing_gpu(mode: str, reference: str = "H200") -> str:
 
 
 # -- questions that take several runs --------------------------------------------------------------
-def predicted_largest(cfg: RunConfig, vary: str, gpu: str, step: int = 1, limit: int | None = None) -> int:
-    """The largest value of `vary` (mbs, seq, layers or experts) that theory's memory model fits on `gpu`
-    (searched up to `limit`, default 4096 steps)."""
+def predicted_largest(
+    cfg: RunConfig, vary: str, gpu: str, step: int = 1, limit: int | None = None
+) -> int:
+    """The largest value of `vary` (mbs, seq, layers or experts) that theory's memory model fits on
+    `gpu` (searched up to `limit`, default 4096 steps)."""
     from megalab.theory import memory
     from megalab.jobs.sweep import with_value
 
@@ -68,7 +87,7 @@ class Fit:
     vary: str
     gpu: str
     step: int = 1
-    width: float = 0.1   # the window: prediction ± max(2 steps, width × prediction)
+    width: float = 0.1  # the window: prediction ± max(2 steps, width × prediction)
 
     @property
     def predicted(self) -> int:
@@ -82,22 +101,27 @@ class Fit:
 
     def run(self, mode: str = "auto", **kw):
         from megalab.jobs.sweep import fit
+
         lo, hi = self.window
         return fit(self.cfg, self.vary, lo=lo, hi=hi, mode=mode, step=self.step, gpu=self.gpu, **kw)
 
     def plan_line(self, tag: str) -> str:
         lo, hi = self.window
-        return line_for(tag, "fit", self.cfg, "--vary", self.vary, "--lo", lo, "--hi", hi, "--step", self.step)
+        return line_for(
+            tag, "fit", self.cfg, "--vary", self.vary, "--lo", lo, "--hi", hi, "--step", self.step
+        )
 
 
 @dataclass(frozen=True)
 class Parity:
-    """The layout `cfg` against the single-GPU run of the same model and global batch (megalab.jobs.sweep)."""
+    """The layout `cfg` against the single-GPU run of the same model and global batch
+    (megalab.jobs.sweep)."""
 
     cfg: RunConfig
 
     def run(self, mode: str = "auto", **kw):
         from megalab.jobs.sweep import parity
+
         return parity(self.cfg, mode=mode, **kw)
 
     def plan_line(self, tag: str) -> str:
@@ -106,15 +130,18 @@ class Parity:
 
 @dataclass(frozen=True)
 class Profiled:
-    """One run under torch.profiler: its record keeps the kernel timeline of one step. `gpu` names the GPU
-    model whose record answers (None: any, the plan's default H200), as for a Fit."""
+    """One run under torch.profiler: its record keeps the kernel timeline of one step. `gpu` names
+    the GPU model whose record answers (None: any, the plan's default H200), as for a Fit."""
 
     cfg: RunConfig
     gpu: str | None = None
 
     def run(self, mode: str = "auto", **kw):
         from megalab.jobs.running import run
-        return run(self.cfg, mode=mode, profile=True, **({"gpu": self.gpu} if self.gpu else {}) | kw)
+
+        return run(
+            self.cfg, mode=mode, profile=True, **({"gpu": self.gpu} if self.gpu else {}) | kw
+        )
 
     def plan_line(self, tag: str) -> str:
         return line_for(tag, "run", self.cfg, "--profile")
@@ -122,11 +149,12 @@ class Profiled:
 
 @dataclass(frozen=True)
 class Group:
-    """A comparison group: `configs` timed back to back on one host, each run alone, after a warm-up run,
-    alternated A B C A B C for `rounds` rounds (at least 2; 3 where the difference claimed is under 10%),
-    and one profiled run of `configs[profiled]` (its GPU-busy share). A figure that compares step times
-    reads one group (megalab.timings.group). `name` is "<chapter>.<lesson>" ("ch02.tp"); its records carry
-    the tag "group.<name>". `gpu` as for a Fit (None: the plan's default H200)."""
+    """A comparison group: `configs` timed back to back on one host, each run alone, after a warm-up
+    run, alternated A B C A B C for `rounds` rounds (at least 2; 3 where the difference claimed is
+    under 10%), and one profiled run of `configs[profiled]` (its GPU-busy share). A figure that
+    compares step times reads one group (megalab.timings.group). `name` is "<chapter>.<lesson>"
+    ("ch02.tp"); its records carry the tag "group.<name>". `gpu` as for a Fit (None: the plan's
+    default H200)."""
 
     name: str
     configs: tuple[RunConfig, ...]
@@ -138,13 +166,19 @@ class Group:
         object.__setattr__(self, "configs", tuple(self.configs))
         keys = [c.key for c in self.configs]
         if not keys or len(set(keys)) < len(keys):
-            raise ValueError(f"group {self.name}: give it distinct configurations (got {len(keys)}, "
-                             f"{len(set(keys))} distinct)")
+            raise ValueError(
+                f"group {self.name}: give it distinct configurations (got {len(keys)}, "
+                f"{len(set(keys))} distinct)"
+            )
         if self.rounds < 2:
-            raise ValueError(f"group {self.name}: rounds={self.rounds}, alternate at least 2 rounds (A B A B)")
+            raise ValueError(
+                f"group {self.name}: rounds={self.rounds}, alternate at least 2 rounds (A B A B)"
+            )
         if not 0 <= self.profiled < len(keys):
-            raise ValueError(f"group {self.name}: profiled={self.profiled} is not one of its "
-                             f"{len(keys)} configurations")
+            raise ValueError(
+                f"group {self.name}: profiled={self.profiled} is not one of its "
+                f"{len(keys)} configurations"
+            )
 
     @property
     def tag(self) -> str:
@@ -152,17 +186,23 @@ class Group:
 
     @property
     def warmup(self) -> RunConfig:
-        """The run that warms the host first (the first run on a fresh host is slow): the group's widest
-        configuration, at the usual ITERS steps."""
+        """The run that warms the host first (the first run on a fresh host is slow): the group's
+        widest configuration, at the usual ITERS steps."""
         return max(self.configs, key=lambda c: c.gpus).replace(iters=ITERS)
 
     def plan_lines(self) -> list[str]:
-        """pack.py lines: the warm-up, the configurations alternated `rounds` times, the profiled run; each
-        alone on the host (`!`)."""
+        """pack.py lines: the warm-up, the configurations alternated `rounds` times, the profiled
+        run; each alone on the host (`!`)."""
         from megalab.records import WARMUP_TAG
-        timed = [line_for(f"{self.tag}!", "run", c) for _ in range(self.rounds) for c in self.configs]
-        return [line_for(f"{WARMUP_TAG}!", "run", self.warmup), *timed,
-                line_for(f"{self.tag}!", "run", self.configs[self.profiled], "--profile")]
+
+        timed = [
+            line_for(f"{self.tag}!", "run", c) for _ in range(self.rounds) for c in self.configs
+        ]
+        return [
+            line_for(f"{WARMUP_TAG}!", "run", self.warmup),
+            *timed,
+            line_for(f"{self.tag}!", "run", self.configs[self.profiled], "--profile"),
+        ]
 
 
 def line_for(tag: str, sub: str, cfg: RunConfig, *extra) -> str:
@@ -171,8 +211,9 @@ def line_for(tag: str, sub: str, cfg: RunConfig, *extra) -> str:
 
 
 def items(value):
-    """Every run or question in a chapter's dict (nested lists and dicts walked in order), comparison groups
-    aside (`groups`: their runs are planned and read apart, alternated on one host)."""
+    """Every run or question in a chapter's dict (nested lists and dicts walked in order),
+    comparison groups aside (`groups`: their runs are planned and read apart, alternated on one
+    host)."""
     if isinstance(value, Group):
         return
     if isinstance(value, dict):

@@ -5,17 +5,18 @@
 
 Every change re-runs `megalab.theory.plan` and redraws two figures (predicted memory per GPU against
 the card's capacity; the step-time estimate split into compute, pipeline bubble and communication).
-Below them, `ranking`: every layout of the model on that many GPUs at that global batch and sequence,
-fastest predicted first (`search.search`, with the step-time model `calibration.for_search` gives),
-the recorded step time beside each layout the reference machine has run, and why each is not first.
-An invalid layout shows `RunConfig.problems()`, one line each. "Run" measures the layout on this
-machine's GPUs (`megalab.run(cfg, mode="live")`) when it has enough, else shows the recorded
-reference (`mode="cached"`), or the command that records it.
+Below them, `ranking`: every layout of the model on that many GPUs at that global batch and
+sequence, fastest predicted first (`search.search`, with the step-time model
+`calibration.for_search` gives), the recorded step time beside each layout the reference machine has
+run, and why each is not first. An invalid layout shows `RunConfig.problems()`, one line each. "Run"
+measures the layout on this machine's GPUs (`megalab.run(cfg, mode="live")`) when it has enough,
+else shows the recorded reference (`mode="cached"`), or the command that records it.
 
 In the static HTML book there is no kernel: the widget's display also carries a `text/html` version,
 the default plan's figures, which JupyterLab ignores (it draws the live widget) and the book shows
 (`_config.yml` drops the widget mime type for the html builder).
 """
+
 from __future__ import annotations
 
 import ipywidgets as w
@@ -34,61 +35,114 @@ def ranking(cfg, gpu: str = "H200", top: int = 10, store=None) -> tuple:
     cfg.seq. The table is the `top` predicted fastest, then up to `top` further down that hold a
     reference record; columns rank, layout, mbs, recompute, dist_opt, predicted_ms, mem_gib, mfu,
     measured_ms (the recorded step; NaN where there is no record, or it holds no step time), why.
-    `lines`: the search's summary (which step-time model ranked, its held-out error) and its caveat."""
+    `lines`: the search's summary (which step-time model ranked, its held-out error) and its
+    caveat."""
     from megalab.predict import calibration, search
-    found = search.search(cfg, cfg.gpus, gpu=gpu, top=None, store=store, model=calibration.for_search(gpu, store))
+
+    found = search.search(
+        cfg, cfg.gpus, gpu=gpu, top=None, store=store, model=calibration.for_search(gpu, store)
+    )
     df = found.frame()
     if df.empty:
         return df, [found.summary(), found.table().splitlines()[-1]]
     df = df[(df["rank"] <= top) | df["measured"]].head(2 * top)
-    df = df.assign(predicted_ms=df["step_s"] * 1e3, measured_ms=df["measured_s"].astype(float) * 1e3)
-    cols = ["rank", "layout", "mbs", "recompute", "dist_opt", "predicted_ms", "mem_gib", "mfu", "measured_ms",
-            "measured", "why"]
+    df = df.assign(
+        predicted_ms=df["step_s"] * 1e3, measured_ms=df["measured_s"].astype(float) * 1e3
+    )
+    cols = [
+        "rank",
+        "layout",
+        "mbs",
+        "recompute",
+        "dist_opt",
+        "predicted_ms",
+        "mem_gib",
+        "mfu",
+        "measured_ms",
+        "measured",
+        "why",
+    ]
     return df[cols].reset_index(drop=True), [found.summary(), found.caveat]
 
 
 def ranking_html(table, lines: list[str]) -> str:
     """`ranking`'s answer as HTML: the lines, then the table (a recorded layout's row in bold)."""
     import html
+
     head = "".join(f"<p style='margin:2px 0'>{html.escape(x)}</p>" for x in lines)
     if table.empty:
         return head
-    names = ["#", "layout", "mbs", "recompute", "dist-opt", "predicted ms", "GiB", "MFU", "measured ms",
-             "why not first"]
-    td = lambda xs, tag="td": "".join(f"<{tag} style='padding:1px 6px'>{html.escape(x)}</{tag}>" for x in xs)  # noqa: E731
-    rows, last, gap = [f"<tr>{td(names, 'th')}</tr>"], 0, "⋮ further down, the layouts with a record"
+    names = [
+        "#",
+        "layout",
+        "mbs",
+        "recompute",
+        "dist-opt",
+        "predicted ms",
+        "GiB",
+        "MFU",
+        "measured ms",
+        "why not first",
+    ]
+    td = lambda xs, tag="td": "".join(
+        f"<{tag} style='padding:1px 6px'>{html.escape(x)}</{tag}>" for x in xs
+    )  # noqa: E731
+    rows, last, gap = (
+        [f"<tr>{td(names, 'th')}</tr>"],
+        0,
+        "⋮ further down, the layouts with a record",
+    )
     for _, r in table.iterrows():
         if r["rank"] != last + 1:  # the recorded layouts below the top
             rows.append(f"<tr><td colspan='{len(names)}' style='padding:1px 6px'>{gap}</td></tr>")
             gap = "⋮"
         last = r["rank"]
-        cells = [f"{r['rank']}", r["layout"], f"{r['mbs']}", r["recompute"], "yes" if r["dist_opt"] else "no",
-                 f"{r['predicted_ms']:.1f}", f"{r['mem_gib']:.1f}", f"{r['mfu']:.0%}", _measured(r), r["why"] or "–"]
-        rows.append(f"<tr style='font-weight:{'bold' if r['measured'] else 'normal'}'>{td(cells)}</tr>")
+        cells = [
+            f"{r['rank']}",
+            r["layout"],
+            f"{r['mbs']}",
+            r["recompute"],
+            "yes" if r["dist_opt"] else "no",
+            f"{r['predicted_ms']:.1f}",
+            f"{r['mem_gib']:.1f}",
+            f"{r['mfu']:.0%}",
+            _measured(r),
+            r["why"] or "–",
+        ]
+        rows.append(
+            f"<tr style='font-weight:{'bold' if r['measured'] else 'normal'}'>{td(cells)}</tr>"
+        )
     return f"{head}<table style='font-size:90%;text-align:left'>{''.join(rows)}</table>"
 
 
 def _measured(r) -> str:
     if not r["measured"]:
         return ""
-    return "recorded" if r["measured_ms"] != r["measured_ms"] else f"{r['measured_ms']:.1f}"  # NaN: no step time
+    # NaN: no step time
+    return "recorded" if r["measured_ms"] != r["measured_ms"] else f"{r['measured_ms']:.1f}"
 
 
 def figures(cfg, gpu: str = "H200") -> tuple:
     """(memory figure, step-time figure, one-line summary) of `theory.plan(cfg, gpu)`."""
     from megalab import theory
     from megalab.machine import hardware
+
     plan = theory.plan(cfg, gpu)
     spec = hardware.gpu_spec(gpu)
-    mem = charts.memory_breakdown(plan["memory_gib"], capacity_gib=spec.mem_gib,
-                                  title=f"Predicted memory per GPU ({spec.name})")
+    mem = charts.memory_breakdown(
+        plan["memory_gib"],
+        capacity_gib=spec.mem_gib,
+        title=f"Predicted memory per GPU ({spec.name})",
+    )
     est = plan["step_time_estimate"]
     step = charts.step_time_breakdown({plan["layout"]: est}, title="Predicted step time")
     total = est["total_s"] or float("nan")
-    line = (f"{plan['layout']}: {plan['memory_gib']['total']:.1f} GiB of {spec.mem_gib:g} per GPU; "
-            f"step ≈ {total * 1e3:.1f} ms (compute {est['compute_s'] / total:.0%}, "
-            f"bubble {est['bubble_s'] / total:.0%}, communication {est['comm_s'] / total:.0%}); "
-            f"MFU ≈ {est.get('mfu', float('nan')):.0%}")
+    line = (
+        f"{plan['layout']}: {plan['memory_gib']['total']:.1f} GiB of {spec.mem_gib:g} per GPU; "
+        f"step ≈ {total * 1e3:.1f} ms (compute {est['compute_s'] / total:.0%}, "
+        f"bubble {est['bubble_s'] / total:.0%}, communication {est['comm_s'] / total:.0%}); "
+        f"MFU ≈ {est.get('mfu', float('nan')):.0%}"
+    )
     return mem.update_layout(height=380), step.update_layout(height=260), line
 
 
@@ -98,43 +152,79 @@ class Planner(w.VBox):
     def __init__(self, preset: str = "gpt-1.2b", gpu: str = "H200", **layout):
         from megalab.machine import hardware
         from megalab.runs import presets
+
         base = presets.get(preset).replace(**layout)
-        dd = lambda v, opts, d: w.Dropdown(options=opts, value=v, description=d,  # noqa: E731
-                                           layout=w.Layout(width="150px"), style={"description_width": "50px"})
+        dd = lambda v, opts, d: w.Dropdown(
+            options=opts,
+            value=v,
+            description=d,  # noqa: E731
+            layout=w.Layout(width="150px"),
+            style={"description_width": "50px"},
+        )
         self._c = {
             "preset": w.Dropdown(options=presets.names(), value=preset, description="model"),
             "gpu": w.Dropdown(options=list(hardware.GPUS), value=gpu, description="GPU"),
             "gpus": dd(base.gpus, _POW2, "gpus"),
             **{k: dd(getattr(base, k), _POW2, k) for k in _LAYOUT},
             "mbs": dd(base.mbs, _POW2, "mbs"),
-            "gbs": w.BoundedIntText(value=base.gbs, min=1, max=1 << 16, description="gbs",
-                                    layout=w.Layout(width="150px"), style={"description_width": "50px"}),
+            "gbs": w.BoundedIntText(
+                value=base.gbs,
+                min=1,
+                max=1 << 16,
+                description="gbs",
+                layout=w.Layout(width="150px"),
+                style={"description_width": "50px"},
+            ),
             "seq": dd(base.seq, [256 * 2**i for i in range(9)], "seq"),
-            "recompute": w.Dropdown(options=["none", "selective", "full"], value=base.recompute,
-                                    description="recompute"),
+            "recompute": w.Dropdown(
+                options=["none", "selective", "full"], value=base.recompute, description="recompute"
+            ),
             "sp": w.Checkbox(value=base.sp, description="sp"),
             "dist_opt": w.Checkbox(value=base.dist_opt, description="dist_opt"),
         }
-        self._top = w.Dropdown(options=[5, 10, 20, 50], value=10, description="top",
-                               layout=w.Layout(width="150px"), style={"description_width": "50px"})
-        self._status, self._rank, self._ranked = w.HTML(), w.HTML(), (None, "")  # (inputs, html) of the last ranking
+        self._top = w.Dropdown(
+            options=[5, 10, 20, 50],
+            value=10,
+            description="top",
+            layout=w.Layout(width="150px"),
+            style={"description_width": "50px"},
+        )
+        # (inputs, html) of the last ranking
+        self._status, self._rank, self._ranked = w.HTML(), w.HTML(), (None, "")
         self._mem, self._time, self._log = w.Output(), w.Output(), w.Output()
-        run = w.Button(description="Run", button_style="primary", tooltip="measure, or show the record")
+        run = w.Button(
+            description="Run", button_style="primary", tooltip="measure, or show the record"
+        )
         run.on_click(lambda _: self.run())
         for c in (*self._c.values(), self._top):
             c.observe(lambda _: self.update(), names="value")
         c = self._c
-        rows = [w.HBox([c["preset"], c["gpu"], c["gpus"]]), w.HBox([c[k] for k in _LAYOUT]),
-                w.HBox([c["mbs"], c["gbs"], c["seq"], c["recompute"]]), w.HBox([c["sp"], c["dist_opt"], run])]
-        ranked = w.HTML("<b>Every layout of this model on these GPUs at this gbs and seq, fastest predicted "
-                        "first</b> (bold: recorded on the reference machine)")
-        super().__init__(rows + [self._status, w.HBox([self._mem, self._time]), self._log,
-                                 w.HBox([ranked, self._top]), self._rank])
+        rows = [
+            w.HBox([c["preset"], c["gpu"], c["gpus"]]),
+            w.HBox([c[k] for k in _LAYOUT]),
+            w.HBox([c["mbs"], c["gbs"], c["seq"], c["recompute"]]),
+            w.HBox([c["sp"], c["dist_opt"], run]),
+        ]
+        ranked = w.HTML(
+            "<b>Every layout of this model on these GPUs at this gbs and seq, fastest predicted "
+            "first</b> (bold: recorded on the reference machine)"
+        )
+        super().__init__(
+            rows
+            + [
+                self._status,
+                w.HBox([self._mem, self._time]),
+                self._log,
+                w.HBox([ranked, self._top]),
+                self._rank,
+            ]
+        )
         self.update()
 
     @property
     def cfg(self):
         from megalab.runs import presets
+
         v = {k: c.value for k, c in self._c.items()}
         return presets.get(v.pop("preset")).replace(**{k: x for k, x in v.items() if k != "gpu"})
 
@@ -144,7 +234,9 @@ class Planner(w.VBox):
         self._rank.value = self.ranking_html()
         problems = cfg.problems()
         if problems:
-            self._status.value = "<br>".join(f"<span style='color:#d1495b'>✗ {p}</span>" for p in problems)
+            self._status.value = "<br>".join(
+                f"<span style='color:#d1495b'>✗ {p}</span>" for p in problems
+            )
             return
         mem, step, line = figures(cfg, self._c["gpu"].value)
         self._status.value = f"<b>dp = {cfg.dp}</b> · {line}"
@@ -154,15 +246,20 @@ class Planner(w.VBox):
                 display(fig)
 
     def ranking_html(self) -> str:
-        """`ranking` of the chosen model, GPU, GPU count, gbs and seq as HTML; searched again only when
-        one of those (or top) changed, not the layout."""
+        """`ranking` of the chosen model, GPU, GPU count, gbs and seq as HTML; searched again only
+        when one of those (or top) changed, not the layout."""
         from megalab.runs.config import InvalidLayout
-        v = {k: self._c[k].value for k in ("preset", "gpu", "gpus", "gbs", "seq")} | {"top": self._top.value}
+
+        v = {k: self._c[k].value for k in ("preset", "gpu", "gpus", "gbs", "seq")} | {
+            "top": self._top.value
+        }
         if self._ranked[0] != v:
             try:
                 html = ranking_html(*ranking(self.cfg, v["gpu"], v["top"]))
             except InvalidLayout as exc:
-                html = "<br>".join(f"<span style='color:#d1495b'>✗ {p}</span>" for p in str(exc).splitlines())
+                html = "<br>".join(
+                    f"<span style='color:#d1495b'>✗ {p}</span>" for p in str(exc).splitlines()
+                )
             self._ranked = (v, html)
         return self._ranked[1]
 
@@ -170,6 +267,7 @@ class Planner(w.VBox):
         """Measure this layout here when the GPUs are present, else show its recorded result."""
         import megalab
         from megalab.jobs.running import NotRecorded
+
         cfg = self.cfg
         self._log.clear_output()
         with self._log:
@@ -186,16 +284,19 @@ class Planner(w.VBox):
             return bundle
         mem, step, line = figures(self.cfg, self._c["gpu"].value)
         html = "".join(pio.to_html(f, include_plotlyjs=False, full_html=False) for f in (mem, step))
-        bundle["text/html"] = (f"<p><b>Static planner</b> (open the notebook for the live one). {line}</p>{html}"
-                               f"<p><b>Every layout of {self.cfg.name} on {self.cfg.gpus} GPUs at gbs {self.cfg.gbs}, "
-                               f"seq {self.cfg.seq}, fastest predicted first</b> (bold: recorded)</p>"
-                               f"{self.ranking_html()}")
+        bundle["text/html"] = (
+            f"<p><b>Static planner</b> (open the notebook for the live one). {line}</p>{html}"
+            f"<p><b>Every layout of {self.cfg.name} on {self.cfg.gpus} GPUs at gbs {self.cfg.gbs}, "
+            f"seq {self.cfg.seq}, fastest predicted first</b> (bold: recorded)</p>"
+            f"{self.ranking_html()}"
+        )
         return bundle
 
 
 def _gpu_count() -> int:
     try:
         import torch
+
         return torch.cuda.device_count()
     except ImportError:
         return 0
@@ -206,18 +307,28 @@ def planner(preset: str = "gpt-1.2b", gpu: str = "H200", **layout) -> Planner:
     return Planner(preset, gpu, **layout)
 
 
-TERMS = {"compute_s": "compute", "host_s": "GPU waiting on the host", "comm_s": "communication",
-         "bubble_s": "pipeline bubble", "optimizer_s": "optimizer", "total_s": "step"}
+TERMS = {
+    "compute_s": "compute",
+    "host_s": "GPU waiting on the host",
+    "comm_s": "communication",
+    "bubble_s": "pipeline bubble",
+    "optimizer_s": "optimizer",
+    "total_s": "step",
+}
 
 
 def estimate(cfg, gpu: str = "H200", store=None):
-    """(table, line): the step of cfg on GPU model `gpu` predicted by the step-time model calibrated on the
-    records (calibration.calibrate), one row per term ("term", "ms", "share of the step"), and one line saying
-    what it was fitted on and its held-out error. NotRecorded when the store holds too few records to fit."""
+    """(table, line): the step of cfg on GPU model `gpu` predicted by the step-time model calibrated
+    on the records (calibration.calibrate), one row per term ("term", "ms", "share of the step"),
+    and one line saying what it was fitted on and its held-out error. NotRecorded when the store
+    holds too few records to fit."""
     import pandas as pd
     from megalab.predict import calibration
+
     model = calibration.calibrate(store, gpu)
     est = model.predict(cfg)
-    rows = [{"term": words, "ms": 1e3 * est[k], "share of the step": est[k] / est["total_s"]}
-            for k, words in TERMS.items()]
+    rows = [
+        {"term": words, "ms": 1e3 * est[k], "share of the step": est[k] / est["total_s"]}
+        for k, words in TERMS.items()
+    ]
     return pd.DataFrame(rows), f"{model.summary()}; MFU ≈ {est['mfu']:.0%}"

@@ -21,24 +21,49 @@ Figures by kind, one module each; every public name is re-exported here, so note
     timeline    who runs when: kernels on CUDA streams, Gantt charts of pipeline stages or ranks, the bubble
     matrix      a matrix as coloured cells (tokens per expert per layer)
 """
+
 from megalab.charts._style import PALETTE, RENDERER, SYMBOLS, TEMPLATE, setup_notebook
 from megalab.charts.breakdown import PARTS, memory_breakdown, step_time_breakdown
 from megalab.charts.compare import frontier, grouped_bars, ratio_bars
 from megalab.charts.matrix import heatmap
-from megalab.charts.machine import bandwidth_vs_size, half_bandwidth_size, hbm_vs_size, matmul_vs_size, roofline
+from megalab.charts.machine import (
+    bandwidth_vs_size,
+    half_bandwidth_size,
+    hbm_vs_size,
+    matmul_vs_size,
+    roofline,
+)
 from megalab.charts.parity import loss_parity
 from megalab.charts.scaling import metric_vs, scaling
 from megalab.charts.spread import distribution, predicted_vs_measured, step_time_spread
 from megalab.charts.timeline import gantt, kernel_timeline, pipeline_bubble, pipeline_schedule
 
 __all__ = [
-    "PALETTE", "RENDERER", "SYMBOLS", "TEMPLATE", "PARTS", "setup_notebook",
-    "matmul_vs_size", "hbm_vs_size", "half_bandwidth_size", "bandwidth_vs_size", "roofline",
-    "memory_breakdown", "step_time_breakdown",
-    "scaling", "metric_vs",
-    "grouped_bars", "ratio_bars", "frontier",
-    "distribution", "step_time_spread", "predicted_vs_measured",
+    "PALETTE",
+    "RENDERER",
+    "SYMBOLS",
+    "TEMPLATE",
+    "PARTS",
+    "setup_notebook",
+    "matmul_vs_size",
+    "hbm_vs_size",
+    "half_bandwidth_size",
+    "bandwidth_vs_size",
+    "roofline",
+    "memory_breakdown",
+    "step_time_breakdown",
+    "scaling",
+    "metric_vs",
+    "grouped_bars",
+    "ratio_bars",
+    "frontier",
+    "distribution",
+    "step_time_spread",
+    "predicted_vs_measured",
     "loss_parity",
-    "kernel_timeline", "gantt", "pipeline_schedule", "pipeline_bubble",
+    "kernel_timeline",
+    "gantt",
+    "pipeline_schedule",
+    "pipeline_bubble",
     "heatmap",
 ]

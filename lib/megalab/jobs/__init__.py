@@ -1,5 +1,5 @@
-"""Jobs: runs started, recorded and read back; above what a run is (runs/), the records (records/) and the
-trainer (train/).
+"""Jobs: runs started, recorded and read back; above what a run is (runs/), the records (records/)
+and the trainer (train/).
 
     launch        start the trainer under torchrun and keep what it printed
     running       run(cfg, mode): live, from the records, or the reference record

@@ -5,13 +5,14 @@
 
 The run folder holds config.json, log.txt (stdout and stderr of all ranks, as printed) and
 metrics.jsonl (the metrics lines, see metrics.py). The child runs in its own session so a timeout
-or Ctrl-C stops the whole process group, and the ranks torchrun starts (each in a session of its own) are
-stopped by name: no orphaned rank keeps holding GPU memory. A SIGTERM to this process (`timeout`, `kill`,
-a scheduler's preemption) is forwarded the same way and the run is recorded as a timeout; if this process
-dies without a word (kill -9), the kernel sends torchrun SIGTERM (PR_SET_PDEATHSIG) and torchrun stops its
-ranks; a torchrun killed with -9 takes its ranks with it the same way (megalab.train.parent). A run that
-fails (OOM, NCCL error, timeout, exception) returns a RunOutcome with that status: failures are
-results. Only a configuration that cannot start here raises, before anything is spawned.
+or Ctrl-C stops the whole process group, and the ranks torchrun starts (each in a session of its
+own) are stopped by name: no orphaned rank keeps holding GPU memory. A SIGTERM to this process
+(`timeout`, `kill`, a scheduler's preemption) is forwarded the same way and the run is recorded as a
+timeout; if this process dies without a word (kill -9), the kernel sends torchrun SIGTERM
+(PR_SET_PDEATHSIG) and torchrun stops its ranks; a torchrun killed with -9 takes its ranks with it
+the same way (megalab.train.parent). A run that fails (OOM, NCCL error, timeout, exception) returns
+a RunOutcome with that status: failures are results. Only a configuration that cannot start here
+raises, before anything is spawned.
 """
 
 from __future__ import annotations
@@ -35,21 +36,38 @@ from megalab.runs.config import InvalidLayout
 
 DEFAULT_TIMEOUT_S = 1800
 KILL_GRACE_S = 10
-# After the trainer's summary line every rank has trained and gathered its memory peaks: a run still alive this
-# long after it is stopped and kept as trained (CUDA-graph captures can hang at exit: 250-300 s seen)
+# After the trainer's summary line every rank has trained and gathered its memory peaks: a run still
+# alive this long after it is stopped and kept as trained (CUDA-graph captures can hang at exit:
+# 250-300 s seen)
 EXIT_GRACE_S = 60
-PEER_DONE = "[after training is done]"  # Megatron-LM's pretrain() prints it once its last step is logged
+# Megatron-LM's pretrain() prints it once its last step is logged
+PEER_DONE = "[after training is done]"
 RDZV_PORT = 29500
 # Multicast (NVLS) is off on the hosts this book was measured on; NCCL and symmetric memory would
 # otherwise try it and fail or hang at communicator creation.
-FORCED_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
-              "PYTHONUNBUFFERED": "1"}
+FORCED_ENV = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+    "PYTHONUNBUFFERED": "1",
+}
 LIB_DIR = Path(__file__).resolve().parents[2]
 
 
-# what a torchrun sets for its ranks: inherited from a shell inside another run, they would mislead ours
-DISTRIBUTED_ENV = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
-                   "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+# what a torchrun sets for its ranks: inherited from a shell inside another run, they would mislead
+# ours
+DISTRIBUTED_ENV = (
+    "LOCAL_RANK",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+)
 
 
 class NotEnoughGPUs(RuntimeError):
@@ -62,7 +80,8 @@ class BadRunsFolder(ValueError):
 
 @dataclass
 class RunOutcome:
-    """What a launched run did: status (see metrics.STATUSES), error dict or None, parsed metrics."""
+    """What a launched run did: status (see metrics.STATUSES), error dict or None, parsed
+    metrics."""
 
     status: str
     error: dict | None
@@ -77,56 +96,85 @@ class RunOutcome:
 
 def _config_args(cfg) -> list[str]:
     from megalab.runs.flags import config_to_args
+
     return list(config_to_args(cfg))
 
 
 def _check_data(cfg) -> None:
-    """A real dataset's token ids must fit the model's vocabulary (else a device-side assert at step 0)."""
+    """A real dataset's token ids must fit the model's vocabulary (else a device-side assert at step
+    0)."""
     if not cfg.data:
         return
     meta = Path(cfg.data + ".json")  # written by `megalab prepare-data`
     if not Path(cfg.data + ".bin").exists():
-        raise InvalidLayout(f"data={cfg.data}: {cfg.data}.bin not found: pass the prefix of a Megatron indexed "
-                            f"dataset (megalab prepare-data writes PREFIX.bin/.idx)")
+        raise InvalidLayout(
+            f"data={cfg.data}: {cfg.data}.bin not found: pass the prefix of a Megatron indexed "
+            f"dataset (megalab prepare-data writes PREFIX.bin/.idx)"
+        )
     vocab = json.loads(meta.read_text()).get("vocab_size") if meta.exists() else None
     if vocab and vocab > cfg.vocab:
-        raise InvalidLayout(f"data={cfg.data} was tokenized with {vocab} token ids but vocab={cfg.vocab}: "
-                            f"pass --vocab {cfg.replace(vocab=vocab).padded_vocab}")
+        raise InvalidLayout(
+            f"data={cfg.data} was tokenized with {vocab} token ids but vocab={cfg.vocab}: "
+            f"pass --vocab {cfg.replace(vocab=vocab).padded_vocab}"
+        )
 
 
-def torchrun_command(cfg, run_dir, nnodes: int = 1, node_rank: int = 0, rdzv_endpoint: str | None = None,
-                     nproc_per_node: int | None = None, extra: Iterable[str] = (),
-                     rdzv_id: str | None = None, peer_dir: str | os.PathLike | None = None) -> list[str]:
-    """The argv that starts this run: one node (--standalone) or one node of several (static rendezvous at
-    node 0's host:port: the agent started with node_rank 0 holds global rank 0, whose lines node 0 records;
-    the c10d backend would number the agents by host name and process id instead).
+def torchrun_command(
+    cfg,
+    run_dir,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    rdzv_endpoint: str | None = None,
+    nproc_per_node: int | None = None,
+    extra: Iterable[str] = (),
+    rdzv_id: str | None = None,
+    peer_dir: str | os.PathLike | None = None,
+) -> list[str]:
+    """The argv that starts this run: one node (--standalone) or one node of several (static
+    rendezvous at node 0's host:port: the agent started with node_rank 0 holds global rank 0, whose
+    lines node 0 records; the c10d backend would number the agents by host name and process id
+    instead).
 
     torchrun is invoked as `sys.executable -m torch.distributed.run` so the same Python (and venv)
     runs the workers, whatever `torchrun` is on PATH.
     """
     if nproc_per_node is None:
         if cfg.gpus % nnodes:
-            raise ValueError(f"gpus={cfg.gpus} does not split over {nnodes} nodes: make gpus a multiple of nnodes")
+            raise ValueError(
+                f"gpus={cfg.gpus} does not split over {nnodes} nodes: make gpus a multiple of "
+                f"nnodes"
+            )
         nproc_per_node = cfg.gpus // nnodes
     cmd = [sys.executable, "-m", "torch.distributed.run"]
     if nnodes == 1:
         cmd += ["--standalone", f"--nproc_per_node={nproc_per_node}"]
     else:
         if not rdzv_endpoint:
-            raise ValueError("a multi-node launch needs rdzv_endpoint='host:port' of the first node")
+            raise ValueError(
+                "a multi-node launch needs rdzv_endpoint='host:port' of the first node"
+            )
         if ":" not in rdzv_endpoint:
             rdzv_endpoint = f"{rdzv_endpoint}:{RDZV_PORT}"
-        cmd += [f"--nnodes={nnodes}", f"--nproc_per_node={nproc_per_node}", f"--node-rank={node_rank}",
-                "--rdzv-backend=static", f"--rdzv-endpoint={rdzv_endpoint}", f"--rdzv-id={rdzv_id or cfg.key}"]
+        cmd += [
+            f"--nnodes={nnodes}",
+            f"--nproc_per_node={nproc_per_node}",
+            f"--node-rank={node_rank}",
+            "--rdzv-backend=static",
+            f"--rdzv-endpoint={rdzv_endpoint}",
+            f"--rdzv-id={rdzv_id or cfg.key}",
+        ]
     if cfg.runner == "megatron-lm":  # the peer: Megatron-LM's own script (megalab.jobs.peer)
         from megalab.jobs import peer
-        profile = peer.profile_args(run_dir) if "--profile" in extra else []  # the one trainer flag it takes
+
+        # the one trainer flag it takes
+        profile = peer.profile_args(run_dir) if "--profile" in extra else []
         return cmd + [str(peer.source_dir(peer_dir) / "pretrain_gpt.py"), *peer.args(cfg), *profile]
     return cmd + ["-m", "megalab.train", *_config_args(cfg), "--run-dir", str(run_dir), *extra]
 
 
 def child_env(env: dict | None = None, first: Path = LIB_DIR) -> dict:
-    """os.environ + `env`, with FORCED_ENV forced and `first` (lib/, or the peer's checkout) first on PYTHONPATH."""
+    """os.environ + `env`, with FORCED_ENV forced and `first` (lib/, or the peer's checkout) first
+    on PYTHONPATH."""
     out = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV}
     out = {**out, **(env or {}), **FORCED_ENV}
     path = [p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -137,19 +185,26 @@ def child_env(env: dict | None = None, first: Path = LIB_DIR) -> dict:
 def check(cfg, nproc: int | None = None) -> None:
     """Raise InvalidLayout or NotEnoughGPUs if this configuration cannot start on this machine."""
     from megalab.machine.env import local_gpus
+
     gpu_name, have = local_gpus()  # no CUDA context is created in this process
-    cfg.validate(te_available=importlib.util.find_spec("transformer_engine") is not None, gpu_name=gpu_name)
+    cfg.validate(
+        te_available=importlib.util.find_spec("transformer_engine") is not None, gpu_name=gpu_name
+    )
     _check_data(cfg)
     need = cfg.gpus if nproc is None else nproc
     if need > have:
-        raise NotEnoughGPUs(f"{cfg.label} needs {need} GPU(s) on this machine, which has {have}: "
-                            f"read the recorded result with mode='cached', or lower --gpus")
+        raise NotEnoughGPUs(
+            f"{cfg.label} needs {need} GPU(s) on this machine, which has {have}: "
+            f"read the recorded result with mode='cached', or lower --gpus"
+        )
 
 
 def new_run_dir(cfg, runs_root=None) -> Path:
-    """runs/<label>-<UTC time>, made fresh (a -2, -3 ... suffix if two runs start in the same second)."""
+    """runs/<label>-<UTC time>, made fresh (a -2, -3 ... suffix if two runs start in the same
+    second)."""
     if runs_root is None:
         from megalab.machine.env import repo_root
+
         runs_root = os.environ.get("MEGALAB_RUNS") or (repo_root() or Path.cwd()) / "runs"
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     base = Path(runs_root) / f"{cfg.label}-{stamp}"
@@ -161,11 +216,14 @@ def new_run_dir(cfg, runs_root=None) -> Path:
         except FileExistsError:
             if path.is_dir():
                 continue
-            raise BadRunsFolder(f"runs folder {runs_root}: {path} is not a folder: set MEGALAB_RUNS to a folder") \
-                from None
+            raise BadRunsFolder(
+                f"runs folder {runs_root}: {path} is not a folder: set MEGALAB_RUNS to a folder"
+            ) from None
         except OSError as exc:  # /dev/null, a file on the way, a read-only disk, a name too long
-            raise BadRunsFolder(f"runs folder {runs_root}: cannot make {path.name} there ({exc.strerror}): set "
-                                f"MEGALAB_RUNS to a folder you can write") from None
+            raise BadRunsFolder(
+                f"runs folder {runs_root}: cannot make {path.name} there ({exc.strerror}): set "
+                f"MEGALAB_RUNS to a folder you can write"
+            ) from None
     raise FileExistsError(base)
 
 
@@ -179,7 +237,8 @@ def _in_notebook() -> bool:
 
 
 class _Progress:
-    """A progress bar over steps: tqdm in a terminal, an ipywidgets bar in Jupyter (tqdm.notebook)."""
+    """A progress bar over steps: tqdm in a terminal, an ipywidgets bar in Jupyter
+    (tqdm.notebook)."""
 
     def __init__(self, total: int, label: str, enabled: bool):
         self.bar = None
@@ -197,7 +256,9 @@ class _Progress:
         done = int(obj.get("step", 0)) + 1
         self.bar.update(max(0, done - self.bar.n))
         post = {"loss": obj.get("loss"), "TFLOP/s": obj.get("tflops_per_gpu")}
-        self.bar.set_postfix({k: f"{v:.4g}" for k, v in post.items() if isinstance(v, (int, float))})
+        self.bar.set_postfix(
+            {k: f"{v:.4g}" for k, v in post.items() if isinstance(v, (int, float))}
+        )
 
     def close(self) -> None:
         if self.bar is not None:
@@ -205,7 +266,8 @@ class _Progress:
 
 
 def _descendants(pid: int) -> list[int]:
-    """The processes below `pid` (torchrun's ranks sit in sessions of their own, out of reach of killpg)."""
+    """The processes below `pid` (torchrun's ranks sit in sessions of their own, out of reach of
+    killpg)."""
     parents = {}
     for stat_file in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -230,8 +292,8 @@ def _signal(pids: Iterable[int], sig: int) -> None:
 
 
 def _kill_group(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
-    """SIGTERM the child's process group (torchrun stops its ranks), then SIGKILL whatever is left after grace_s,
-    the ranks included."""
+    """SIGTERM the child's process group (torchrun stops its ranks), then SIGKILL whatever is left
+    after grace_s, the ranks included."""
     ranks = _descendants(proc.pid)
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5)):
         try:
@@ -247,15 +309,25 @@ def _kill_group(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
 
 
 def popen(cmd: list[str], env: dict) -> subprocess.Popen:
-    """Start torchrun in a session of its own, output piped, bound to die with this process (SIGTERM: torchrun
-    then stops its ranks; each rank also dies with torchrun, megalab.train.parent)."""
+    """Start torchrun in a session of its own, output piped, bound to die with this process
+    (SIGTERM: torchrun then stops its ranks; each rank also dies with torchrun,
+    megalab.train.parent)."""
     from megalab.train.parent import die_with_parent
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            env=env, start_new_session=True, preexec_fn=die_with_parent)
+
+    return subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,
+        preexec_fn=die_with_parent,
+    )
 
 
 class _Terminated:
-    """While a run is watched: SIGTERM (main thread only) stops the run as a time limit does and is remembered."""
+    """While a run is watched: SIGTERM (main thread only) stops the run as a time limit does and is
+    remembered."""
 
     def __init__(self, on_term):
         self.seen, self.on_term, self.previous = False, on_term, None
@@ -267,17 +339,29 @@ class _Terminated:
 
     def _handle(self, signum, frame):
         self.seen = True
-        threading.Thread(target=self.on_term, daemon=True).start()  # the handler must return: the loop reads on
+        # the handler must return: the loop reads on
+        threading.Thread(target=self.on_term, daemon=True).start()
 
     def __exit__(self, *exc):
         if self.previous is not None:
             signal.signal(signal.SIGTERM, self.previous)
 
 
-def launch(cfg, runs_root=None, timeout_s: float = DEFAULT_TIMEOUT_S, progress: bool = True,
-           dry_run: bool = False, env: dict | None = None, echo: bool = False, nnodes: int = 1,
-           node_rank: int = 0, rdzv_endpoint: str | None = None, nproc_per_node: int | None = None,
-           extra: Iterable[str] = (), peer_dir: str | os.PathLike | None = None) -> RunOutcome:
+def launch(
+    cfg,
+    runs_root=None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    progress: bool = True,
+    dry_run: bool = False,
+    env: dict | None = None,
+    echo: bool = False,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    rdzv_endpoint: str | None = None,
+    nproc_per_node: int | None = None,
+    extra: Iterable[str] = (),
+    peer_dir: str | os.PathLike | None = None,
+) -> RunOutcome:
     """Run the trainer for `cfg` and return its RunOutcome (never raises for a failed run).
 
     Raises InvalidLayout / NotEnoughGPUs before spawning when the run cannot start here. dry_run
@@ -291,19 +375,31 @@ def launch(cfg, runs_root=None, timeout_s: float = DEFAULT_TIMEOUT_S, progress: 
     else:
         check(cfg, (nproc_per_node or cfg.gpus // nnodes) if nnodes > 1 else None)
     run_dir = new_run_dir(cfg, runs_root)
-    cmd = torchrun_command(cfg, run_dir, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
-                           nproc_per_node=nproc_per_node, extra=extra, peer_dir=peer_dir)
+    cmd = torchrun_command(
+        cfg,
+        run_dir,
+        nnodes=nnodes,
+        node_rank=node_rank,
+        rdzv_endpoint=rdzv_endpoint,
+        nproc_per_node=nproc_per_node,
+        extra=extra,
+        peer_dir=peer_dir,
+    )
     first = LIB_DIR
-    if cfg.runner == "megatron-lm":  # its megatron package (training + core of the same release) first
+    # its megatron package (training + core of the same release) first
+    if cfg.runner == "megatron-lm":
         from megalab.jobs import peer
+
         first = peer.source_dir(peer_dir)
         env = {**peer.environment(cfg), **(env or {})}
     (run_dir / "config.json").write_text(cfg.to_json() + "\n")
     (run_dir / "command.txt").write_text(shlex.join(cmd) + "\n")
     bar = _Progress(cfg.iters, cfg.label, progress and not echo)
     timed_out, hung = threading.Event(), threading.Event()
-    with open(run_dir / "log.txt", "w", encoding="utf-8") as log, \
-            open(run_dir / "metrics.jsonl", "w", encoding="utf-8") as mfile:
+    with (
+        open(run_dir / "log.txt", "w", encoding="utf-8") as log,
+        open(run_dir / "metrics.jsonl", "w", encoding="utf-8") as mfile,
+    ):
         launched_at = time.time()  # the trainer's startup_s starts here (and the peer's)
         child = {**child_env(env, first), "MEGALAB_LAUNCH_T": repr(launched_at)}
         proc = popen(cmd, child)
@@ -321,7 +417,8 @@ def launch(cfg, runs_root=None, timeout_s: float = DEFAULT_TIMEOUT_S, progress: 
         timer.start()
         exit_timer = threading.Timer(EXIT_GRACE_S, on_hang)
         exit_timer.daemon = True
-        done = False  # the summary (ours) or "[after training is done]" (the peer's) seen: only the exit is left
+        # the summary (ours) or "[after training is done]" (the peer's) seen: only the exit is left
+        done = False
         terminated = _Terminated(on_timeout)
         try:
             terminated.__enter__()
@@ -358,16 +455,28 @@ def launch(cfg, runs_root=None, timeout_s: float = DEFAULT_TIMEOUT_S, progress: 
     if cfg.runner == "megatron-lm":
         from megalab.jobs import peer
         from megalab.machine.env import local_peak_tflops
+
         parsed = peer.parse_log(text, cfg, local_peak_tflops(), launched_at)
         if "--profile" in extra:
-            peer.write_profile(run_dir)  # profile.json, as the trainer writes it: the record keeps it
+            # profile.json, as the trainer writes it: the record keeps it
+            peer.write_profile(run_dir)
     status, error = metrics.classify_failure(text, proc.returncode, timed_out.is_set())
     if terminated.seen and status == "timeout":
-        error = {**error, "message": "the run was stopped by SIGTERM (timeout, kill or a scheduler's preemption)"}
+        error = {
+            **error,
+            "message": "the run was stopped by SIGTERM (timeout, kill or a scheduler's preemption)",
+        }
     if hung.is_set() and not timed_out.is_set():
         status, error = "ok", None  # trained to the end: the exit, not the run, hung
         parsed.summary = {**(parsed.summary or {}), "exit_hung_s": EXIT_GRACE_S}
-    if status == "ok" and not dry_run and not parsed.steps and node_rank == 0:  # other nodes print no steps
-        status, error = "failed", {"message": "the trainer exited 0 but reported no steps", "rank": None,
-                                   "detail": "\n".join(text.splitlines()[-metrics.TRACEBACK_LINES:])}
+    # other nodes print no steps
+    if status == "ok" and not dry_run and not parsed.steps and node_rank == 0:
+        status, error = (
+            "failed",
+            {
+                "message": "the trainer exited 0 but reported no steps",
+                "rank": None,
+                "detail": "\n".join(text.splitlines()[-metrics.TRACEBACK_LINES :]),
+            },
+        )
     return RunOutcome(status, error, parsed, run_dir, proc.returncode)

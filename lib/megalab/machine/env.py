@@ -17,16 +17,18 @@ from importlib import metadata
 from pathlib import Path
 
 _SMI_TIMEOUT_S = 20
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")   # nvidia-smi underlines the topology's header row
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # nvidia-smi underlines the topology's header row
 
 
 def repo_root() -> Path | None:
     """The megalab checkout this module lives in (the folder holding lib/), or None if installed."""
     root = Path(__file__).resolve().parents[3]
-    return root if (root / "lib" / "megalab").is_dir() and (root / "pyproject.toml").exists() else None
+    return (
+        root if (root / "lib" / "megalab").is_dir() and (root / "pyproject.toml").exists() else None
+    )
 
 
-_COMMIT = re.compile(r"[0-9A-Za-z][0-9A-Za-z._+-]{0,79}")   # a hash or a tag, "+dirty" marked
+_COMMIT = re.compile(r"[0-9A-Za-z][0-9A-Za-z._+-]{0,79}")  # a hash or a tag, "+dirty" marked
 
 
 class BadCommit(ValueError):
@@ -34,18 +36,23 @@ class BadCommit(ValueError):
 
 
 def git_commit() -> str | None:
-    """The commit the code came from: $MEGALAB_COMMIT, else `git rev-parse HEAD`, else None. A $MEGALAB_COMMIT
-    that is not a commit name (a newline, an escape sequence, a space) raises BadCommit."""
+    """The commit the code came from: $MEGALAB_COMMIT, else `git rev-parse HEAD`, else None. A
+    $MEGALAB_COMMIT that is not a commit name (a newline, an escape sequence, a space) raises
+    BadCommit."""
     if os.environ.get("MEGALAB_COMMIT"):
         commit = os.environ["MEGALAB_COMMIT"]
         if not _COMMIT.fullmatch(commit):
-            raise BadCommit(f"MEGALAB_COMMIT={commit[:40]!r} is not a commit name: set it to the commit's hex digits "
-                            f"(git rev-parse HEAD), or unset it")
+            raise BadCommit(
+                f"MEGALAB_COMMIT={commit[:40]!r} is not a commit name: set it to the commit's hex "
+                f"digits "
+                f"(git rev-parse HEAD), or unset it"
+            )
         return commit
     cwd = repo_root() or Path(__file__).resolve().parent
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
-                             timeout=10)
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return (out.stdout.strip() or None) if out.returncode == 0 else None
@@ -53,7 +60,9 @@ def git_commit() -> str | None:
 
 def _smi(*args: str) -> str | None:
     try:
-        out = subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=_SMI_TIMEOUT_S)
+        out = subprocess.run(
+            ["nvidia-smi", *args], capture_output=True, text=True, timeout=_SMI_TIMEOUT_S
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout if out.returncode == 0 else None
@@ -69,7 +78,8 @@ def _version(*dists: str) -> str | None:
 
 
 def parse_gpu_query(text: str | None) -> list[dict]:
-    """Rows of `nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader,nounits`."""
+    """Rows of `nvidia-smi --query-gpu=name,memory.total,driver_version
+    --format=csv,noheader,nounits`."""
     rows = []
     for line in (text or "").splitlines():
         parts = [p.strip() for p in line.split(",")]
@@ -87,8 +97,9 @@ def parse_topology(text: str | None) -> str:
 
     The matrix has one row per GPU; a cell NV<k> means k bonded NVLinks between the two GPUs,
     PIX/PXB/PHB/NODE/SYS mean the path crosses PCIe switches, host bridges or the CPU interconnect.
-    The header row comes underlined (ANSI escapes around "GPU0 ... GPU NUMA ID"), stripped first: read as
-    is, its first GPU column is not counted and two GPUs joined by NVLink read as one GPU, "none".
+    The header row comes underlined (ANSI escapes around "GPU0 ... GPU NUMA ID"), stripped first:
+    read as is, its first GPU column is not counted and two GPUs joined by NVLink read as one GPU,
+    "none".
     """
     lines = [ln for ln in _ANSI.sub("", text or "").splitlines() if ln.strip()]
     if not lines:
@@ -99,7 +110,7 @@ def parse_topology(text: str | None) -> str:
     for ln in lines[1:]:
         parts = ln.split()
         if parts and re.fullmatch(r"GPU\d+", parts[0]):
-            cells += parts[1:1 + n]
+            cells += parts[1 : 1 + n]
     if n == 1:
         return "none"
     links = [int(m.group(1)) for c in cells if (m := re.fullmatch(r"NV(\d+)", c))]
@@ -122,15 +133,21 @@ def _torch_info() -> tuple[int | None, str | None]:
 def local_gpus() -> tuple[str | None, int]:
     """(GPU model name, number of visible GPUs) of this machine, without creating a CUDA context."""
     count = _torch_info()[0] or 0
-    rows = parse_gpu_query(_smi("--query-gpu=name,memory.total,driver_version",
-                                "--format=csv,noheader,nounits")) if count else []
+    rows = (
+        parse_gpu_query(
+            _smi("--query-gpu=name,memory.total,driver_version", "--format=csv,noheader,nounits")
+        )
+        if count
+        else []
+    )
     return (rows[0]["name"] if rows else None), count
 
 
 def fingerprint() -> dict:
     """Hardware and software this process runs on; GPU fields are None without a GPU."""
-    gpus = parse_gpu_query(_smi("--query-gpu=name,memory.total,driver_version",
-                                "--format=csv,noheader,nounits"))
+    gpus = parse_gpu_query(
+        _smi("--query-gpu=name,memory.total,driver_version", "--format=csv,noheader,nounits")
+    )
     torch_count, cuda = _torch_info()
     count = torch_count if torch_count is not None else len(gpus)
     count = min(count, len(gpus)) if gpus else 0
@@ -139,12 +156,16 @@ def fingerprint() -> dict:
         "gpu_name": first.get("name"),
         "gpu_count": count,
         "gpu_mem_gib": first.get("mem_gib"),
-        "interconnect": parse_topology(_smi("topo", "-m")) if count > 1 else ("none" if count else None),
+        "interconnect": parse_topology(_smi("topo", "-m"))
+        if count > 1
+        else ("none" if count else None),
         "driver": first.get("driver"),
         "cuda": cuda,
         "torch": _version("torch"),
         "megatron_core": _version("megatron-core", "megatron_core"),
-        "transformer_engine": _version("transformer-engine", "transformer_engine", "transformer-engine-cu12"),
+        "transformer_engine": _version(
+            "transformer-engine", "transformer_engine", "transformer-engine-cu12"
+        ),
         "python": platform.python_version(),
         "hostname": socket.gethostname(),
         "cpu_count": os.cpu_count(),
@@ -152,23 +173,31 @@ def fingerprint() -> dict:
 
 
 def parse_cpuinfo(text: str | None) -> dict:
-    """CPU model and whether the kernel runs under a hypervisor (the `hypervisor` CPU flag: a VM), from
-    /proc/cpuinfo."""
+    """CPU model and whether the kernel runs under a hypervisor (the `hypervisor` CPU flag: a VM),
+    from /proc/cpuinfo."""
     lines = (text or "").splitlines()
-    field = lambda name: next((ln.split(":", 1)[1].strip() for ln in lines  # noqa: E731
-                               if ln.split(":", 1)[0].strip() == name), None)
+    field = lambda name: next(
+        (
+            ln.split(":", 1)[1].strip()
+            for ln in lines  # noqa: E731
+            if ln.split(":", 1)[0].strip() == name
+        ),
+        None,
+    )
     return {"cpu_model": field("model name"), "vm": "hypervisor" in (field("flags") or "").split()}
 
 
 def host() -> dict:
-    """What the host adds to a step, beside fingerprint(): CPU model and cores, VM or bare metal, the NCCL
-    version torch ships, and the GPUs' link matrix (`nvidia-smi topo -m`, escapes and legend stripped)."""
+    """What the host adds to a step, beside fingerprint(): CPU model and cores, VM or bare metal,
+    the NCCL version torch ships, and the GPUs' link matrix (`nvidia-smi topo -m`, escapes and
+    legend stripped)."""
     try:
         info = parse_cpuinfo(Path("/proc/cpuinfo").read_text())
     except OSError:
         info = parse_cpuinfo(None)
     try:
         import torch
+
         nccl = ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None
     except (ImportError, AttributeError, RuntimeError):
         nccl = None
@@ -177,8 +206,10 @@ def host() -> dict:
 
 
 def local_peak_tflops() -> float | None:
-    """Dense bf16 peak of this machine's GPU model (megalab.machine.hardware); None without a GPU the table knows."""
+    """Dense bf16 peak of this machine's GPU model (megalab.machine.hardware); None without a GPU
+    the table knows."""
     from megalab.machine import hardware
+
     name, _ = local_gpus()
     try:
         return hardware.gpu_spec(name).peak_bf16_tflops if name else None

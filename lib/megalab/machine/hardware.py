@@ -23,13 +23,13 @@ class GpuSpec:
     """One accelerator's datasheet numbers (SI units as named)."""
 
     name: str
-    arch: str                      # "ampere" | "hopper" | "blackwell"
+    arch: str  # "ampere" | "hopper" | "blackwell"
     compute_capability: tuple[int, int]
-    peak_bf16_tflops: float        # dense BF16 tensor-core peak, TFLOP/s
+    peak_bf16_tflops: float  # dense BF16 tensor-core peak, TFLOP/s
     peak_fp8_tflops: float | None  # dense FP8 peak, TFLOP/s; None: no FP8 tensor cores
-    mem_gib: float                 # vendor's memory capacity (torch reports a little less usable)
-    hbm_tbs: float                 # HBM bandwidth, TB/s
-    nvlink_gbs: float              # NVLink bandwidth per GPU per direction, GB/s
+    mem_gib: float  # vendor's memory capacity (torch reports a little less usable)
+    hbm_tbs: float  # HBM bandwidth, TB/s
+    nvlink_gbs: float  # NVLink bandwidth per GPU per direction, GB/s
 
 
 GPUS: dict[str, GpuSpec] = {
@@ -53,7 +53,8 @@ GPUS: dict[str, GpuSpec] = {
 }
 
 # Most specific pattern first: torch.cuda.get_device_name / nvidia-smi spellings such as
-# "NVIDIA H200", "NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA A100-SXM4-80GB", "NVIDIA B200".
+# "NVIDIA H200", "NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA A100-SXM4-80GB", "NVIDIA
+# B200".
 _PATTERNS = [
     (r"H100.*(PCIE|NVL)", "H100-PCIe"),
     (r"H100", "H100"),
@@ -72,8 +73,10 @@ def gpu_spec(name: str) -> GpuSpec:
     for pattern, key in _PATTERNS:
         if re.search(pattern, upper):
             return GPUS[key]
-    raise UnknownGPU(f"unknown GPU {name!r}: known GPUs are {', '.join(GPUS)}; pass one of these "
-                     f"names (e.g. gpu='H100') or add a GpuSpec to megalab.machine.hardware.GPUS")
+    raise UnknownGPU(
+        f"unknown GPU {name!r}: known GPUs are {', '.join(GPUS)}; pass one of these "
+        f"names (e.g. gpu='H100') or add a GpuSpec to megalab.machine.hardware.GPUS"
+    )
 
 
 def is_hopper_or_newer(name: str) -> bool:

@@ -1,4 +1,5 @@
-"""The step-time model calibrated on the book's own records, and checked on records the fit never saw.
+"""The step-time model calibrated on the book's own records, and checked on records the fit never
+saw.
 
     >>> from megalab import calibration, presets, search
     >>> cal = calibration.calibrate()              # the H200 records of the results store
@@ -7,42 +8,48 @@
     >>> cal.predict(cfg)                           # compute_s, host_s, comm_s, bubble_s, optimizer_s, total_s, ...
     >>> search.search(presets.get("gpt-8.3b"), 2, gbs=32, seq=2048, model=cal)
 
-Records (`usable_records`): status ok, not retracted (the store's errata), not profiled (the profiler
-slows steps), not packed beside other runs (they shared the host), not a warm-up run (timings' clean
-timings: the first run on a fresh host is slow), compiled, Transformer Engine layers
-(the local spec's unfused attention is a different kernel set, which none of the constants describes),
-without CUDA graphs (a graph replays a layer's kernels with one launch: the host floor, host_layer, is gone),
-on one GPU model; the newest record of each configuration (iterations and seed aside). Three kinds are
-kept out:
-- chapter 07's case runs (tag CASE_TAG): they test the ranking the model makes, so they never fit it;
-- repeats made for another comparison (records.REPEAT_TAGS: chapter 03's back-to-back spread, the CUDA-graph
+Records (`usable_records`): status ok, not retracted (the store's errata), not profiled (the
+profiler slows steps), not packed beside other runs (they shared the host), not a warm-up run
+(timings' clean timings: the first run on a fresh host is slow), compiled, Transformer Engine layers
+(the local spec's unfused attention is a different kernel set, which none of the constants
+describes), without CUDA graphs (a graph replays a layer's kernels with one launch: the host floor,
+host_layer, is gone), on one GPU model; the newest record of each configuration (iterations and seed
+aside). Three kinds are kept out:
+- chapter 07's case runs (tag CASE_TAG): they test the ranking the model makes, so they never fit
+it;
+- repeats made for another comparison (records.REPEAT_TAGS: chapter 03's back-to-back spread, the
+CUDA-graph
   pairs): the configuration's own record, the one its chapter reads, counts;
-- multi-GPU runs of a second host of the same GPU model (`reference_link`: the link its probe reported
+- multi-GPU runs of a second host of the same GPU model (`reference_link`: the link its probe
+reported
   differs from the one most multi-GPU records report). host_layer is one host's constant: a second
   2×H200 host (probe: "none", 32 CPU cores against 64) ran gpt-1.2b at CP 2 and 8k tokens in 448 ms,
   where the 4×H200 host that made most records ran it in 202 ms.
 
 The model and its six constants are `step_model`'s. They are fitted by least squares on
-log(predicted / measured) step time: a 30 ms step and an 8 s step count alike, an error of ×2 weighs as
-much as one of ÷2, and the quantity minimised is the one reported (relative error). Levenberg-Marquardt
-on the logarithm of each constant, so every constant stays positive. Constants the records leave free
-(no record depends on them: `Constant.records` is 0) keep step_model's first guess.
+log(predicted / measured) step time: a 30 ms step and an 8 s step count alike, an error of ×2 weighs
+as much as one of ÷2, and the quantity minimised is the one reported (relative error).
+Levenberg-Marquardt on the logarithm of each constant, so every constant stays positive. Constants
+the records leave free (no record depends on them: `Constant.records` is 0) keep step_model's first
+guess.
 
 Why these six: the records at small micro-batches sit on a floor of a few milliseconds per layer and
 micro-batch whatever the layer's FLOPs (host_layer); above it, GEMM-heavy runs reach a share of the
-benched matmul rate that grows with the layer's width (gemm_eff, gemm_width) and attention-heavy long
-sequences a lower one (attn_eff); TP, SP, CP and PP runs lose more than their bytes at the benched
-bandwidth, per call (comm_call); MoE steps grow with the number of local experts (expert_gemm). The
-width term came from chapter 07's dense case (Llama 3 8B, hidden 4096, never fitted): with one GEMM
-efficiency for every width the model predicted its eight steps 15-27% too long, with the width term
--1% to +10%, from records at most 3072 wide. A saturating GEMM efficiency in tokens per micro-batch,
-eff = e_max·x/(x + x_half), was tried in place of attn_eff: with the host floor in the model, x_half
-fits to ~100 tokens, below every record's micro-batch, so the records show no effect of the token count.
+benched matmul rate that grows with the layer's width (gemm_eff, gemm_width) and attention-heavy
+long sequences a lower one (attn_eff); TP, SP, CP and PP runs lose more than their bytes at the
+benched bandwidth, per call (comm_call); MoE steps grow with the number of local experts
+(expert_gemm). The width term came from chapter 07's dense case (Llama 3 8B, hidden 4096, never
+fitted): with one GEMM efficiency for every width the model predicted its eight steps 15-27% too
+long, with the width term -1% to +10%, from records at most 3072 wide. A saturating GEMM efficiency
+in tokens per micro-batch, eff = e_max·x/(x + x_half), was tried in place of attn_eff: with the host
+floor in the model, x_half fits to ~100 tokens, below every record's micro-batch, so the records
+show no effect of the token count.
 
-Validation: in each layout family (`family`), the configurations are ordered by sha256 of their layout
-key (iterations, seed and runner aside, so that Megatron-LM's run of a layout sits with megalab's) and
-every fourth from the first is held out: a quarter of each family, rounded up, so that no family goes
-untested; the rest are fitted. The split depends on the configurations only, never on the fit.
+Validation: in each layout family (`family`), the configurations are ordered by sha256 of their
+layout key (iterations, seed and runner aside, so that Megatron-LM's run of a layout sits with
+megalab's) and every fourth from the first is held out: a quarter of each family, rounded up, so
+that no family goes untested; the rest are fitted. The split depends on the configurations only,
+never on the fit.
 """
 
 from __future__ import annotations
@@ -55,18 +62,30 @@ from megalab.runs.config import RunConfig
 from megalab.predict.step_model import CONSTANTS, Rates, combine, guesses, parts
 from megalab.theory.flops import spec
 
-__all__ = ["FAMILIES", "Constant", "Calibration", "calibrate", "family", "for_search", "keeps", "reference_link", "usable_records"]
+__all__ = [
+    "FAMILIES",
+    "Constant",
+    "Calibration",
+    "calibrate",
+    "family",
+    "for_search",
+    "keeps",
+    "reference_link",
+    "usable_records",
+]
 
 FAMILIES = ("1 GPU", "DP", "TP", "PP", "CP", "EP")
 TERMS = ("compute_s", "host_s", "comm_s", "bubble_s", "optimizer_s")
 HOLD_OUT_EVERY = 4  # a quarter of the configurations, by hash
-CASE_TAG = "ch07"   # the tag of chapter 07's case runs (tools/gpu/pack.py tags a plan line's records with it)
+# the tag of chapter 07's case runs (tools/gpu/pack.py tags a plan line's records with it)
+CASE_TAG = "ch07"
 MAX_ITERS = 200
 
 
 @dataclass(frozen=True)
 class Constant:
-    """One fitted constant: its value in `unit`, what it means, and how many fit records constrain it."""
+    """One fitted constant: its value in `unit`, what it means, and how many fit records constrain
+    it."""
 
     name: str
     unit: str
@@ -76,42 +95,66 @@ class Constant:
 
 
 def family(cfg) -> str:
-    """The layout family a configuration tests, most specific axis first: "EP" (any MoE model), "CP",
-    "PP", "TP", "DP" (data parallel only), "1 GPU"."""
+    """The layout family a configuration tests, most specific axis first: "EP" (any MoE model),
+    "CP", "PP", "TP", "DP" (data parallel only), "1 GPU"."""
     if cfg.experts:
         return "EP"
-    for name, on in (("CP", cfg.cp > 1), ("PP", cfg.pp > 1), ("TP", cfg.tp > 1), ("DP", cfg.gpus > 1)):
+    for name, on in (
+        ("CP", cfg.cp > 1),
+        ("PP", cfg.pp > 1),
+        ("TP", cfg.tp > 1),
+        ("DP", cfg.gpus > 1),
+    ):
         if on:
             return name
     return "1 GPU"
 
 
 def reference_link(store=None, gpu: str = "H200") -> str | None:
-    """The interconnect most multi-GPU clean timings of `gpu` report: the host whose records the model fits."""
+    """The interconnect most multi-GPU clean timings of `gpu` report: the host whose records the
+    model fits."""
     from collections import Counter
     from megalab.records import timings
-    links = Counter((r.get("env") or {}).get("interconnect")
-                    for group in timings.repeats(store, gpu).values() for cfg, r in group if cfg.gpus > 1)
+
+    links = Counter(
+        (r.get("env") or {}).get("interconnect")
+        for group in timings.repeats(store, gpu).values()
+        for cfg, r in group
+        if cfg.gpus > 1
+    )
     return links.most_common(1)[0][0] if links else None
 
 
 def keeps(record, link: str | None) -> bool:
-    """Whether a calibration may use this clean timing: not a chapter 07 case run, not a repeat made for another
-    comparison (records.REPEAT_TAGS: the configuration's own record counts, as the chapters read it), and a
-    one-GPU run or one made on the host whose link probe reported `link` (reference_link)."""
+    """Whether a calibration may use this clean timing: not a chapter 07 case run, not a repeat made
+    for another comparison (records.REPEAT_TAGS: the configuration's own record counts, as the
+    chapters read it), and a one-GPU run or one made on the host whose link probe reported `link`
+    (reference_link)."""
     from megalab.records.schema import is_repeat
+
     one_gpu = (record.get("config") or {}).get("gpus", 1) == 1
-    return (CASE_TAG not in (record.get("tags") or []) and not is_repeat(record)
-            and (one_gpu or (record.get("env") or {}).get("interconnect") == link))
+    return (
+        CASE_TAG not in (record.get("tags") or [])
+        and not is_repeat(record)
+        and (one_gpu or (record.get("env") or {}).get("interconnect") == link)
+    )
 
 
 def usable_records(store=None, gpu: str = "H200") -> list[dict]:
-    """The run records a calibration may use (see the module docstring), newest per configuration, oldest first."""
+    """The run records a calibration may use (see the module docstring), newest per configuration,
+    oldest first."""
     from megalab.records import timings
+
     link = reference_link(store, gpu)
-    return [r for cfg, r in timings.timed(store, gpu, lambda r: keeps(r, link)).values()
-            if (r.get("summary") or {}).get("step_time_s") and cfg.compile and cfg.impl == "te" and not cfg.problems()
-            and cfg.cuda_graphs == "none"]
+    return [
+        r
+        for cfg, r in timings.timed(store, gpu, lambda r: keeps(r, link)).values()
+        if (r.get("summary") or {}).get("step_time_s")
+        and cfg.compile
+        and cfg.impl == "te"
+        and not cfg.problems()
+        and cfg.cuda_graphs == "none"
+    ]
 
 
 def _hash(cfg) -> int:
@@ -133,14 +176,16 @@ def _held_out(cfgs: list) -> list[bool]:
 
 def _stack(dicts: list[dict]) -> dict:
     import numpy as np
+
     return {k: np.array([d[k] for d in dicts], dtype=float) for k in dicts[0]}
 
 
 def _fit(p: dict, measured, fixed: dict | None = None) -> tuple[dict, dict]:
     """Least squares on log(predicted/measured) over the constants' logarithms (Levenberg-Marquardt,
-    forward-difference Jacobian), those in `fixed` (SI) held; returns the constants (SI) and how many
-    records constrain each (0 for a held one)."""
+    forward-difference Jacobian), those in `fixed` (SI) held; returns the constants (SI) and how
+    many records constrain each (0 for a held one)."""
     import numpy as np
+
     fixed = fixed or {}
     names = [n for n in CONSTANTS if n not in fixed]
 
@@ -198,10 +243,17 @@ class Calibration:
         waiting on the host), comm_s (comm_by_axis_s: tp, cp, ep, pp, dp), bubble_s, optimizer_s,
         total_s; plus tokens_per_s, tflops_per_gpu, mfu."""
         out = combine(parts(cfg, self.rates), {c.name: self.value(c.name) for c in self.constants})
-        out = {k: ({a: float(s) for a, s in v.items()} if isinstance(v, dict) else float(v)) for k, v in out.items()}
+        out = {
+            k: ({a: float(s) for a, s in v.items()} if isinstance(v, dict) else float(v))
+            for k, v in out.items()
+        }
         total = out["total_s"]
-        return {**out, "tokens_per_s": cfg.gbs * cfg.seq / total, "tflops_per_gpu": theory.tflops_per_gpu(cfg, total),
-                "mfu": theory.mfu(cfg, total, self.gpu)}
+        return {
+            **out,
+            "tokens_per_s": cfg.gbs * cfg.seq / total,
+            "tflops_per_gpu": theory.tflops_per_gpu(cfg, total),
+            "mfu": theory.mfu(cfg, total, self.gpu),
+        }
 
     def frame(self):
         """One row per usable record: label, key, id, family, set ("fit" or "held out"), measured_s,
@@ -209,12 +261,16 @@ class Calibration:
         return self.records.copy()
 
     def report(self):
-        """|relative error| of step time (predicted/measured − 1) by set and layout family, and "all":
-        n, median and max before (the roofline search ranks with today) and after calibration.
-        Only whole steps are measured, so a term's error shows through the families that carry it; the
-        share_* columns give each term's median share of the predicted step in that family."""
+        """|relative error| of step time (predicted/measured − 1) by set and layout family, and
+        "all": n, median and max before (the roofline search ranks with today) and after
+        calibration. Only whole steps are measured, so a term's error shows through the families
+        that carry it; the share_* columns give each term's median share of the predicted step in
+        that family."""
         import pandas as pd
-        df = self.records.assign(before=lambda d: d["err_before"].abs(), after=lambda d: d["err_after"].abs())
+
+        df = self.records.assign(
+            before=lambda d: d["err_before"].abs(), after=lambda d: d["err_after"].abs()
+        )
         for term in TERMS:
             df[f"share_{term[:-2]}"] = df[term] / df["predicted_s"]
         shares = [f"share_{t[:-2]}" for t in TERMS]
@@ -228,32 +284,49 @@ class Calibration:
         """One line: what it was fitted on and how well it predicts records it did not see."""
         held = self.records[self.records["set"] == "held out"]["err_after"].abs()
         fit = int((self.records["set"] == "fit").sum())
-        how = f"held-out median |error| {held.median():.0%}, max {held.max():.0%}" if len(held) else "none held out"
-        return (f"step-time model calibrated on {fit} {self.gpu} records ({len(held)} held out: {how}); "
-                f"rates {self.rates.source}")
+        how = (
+            f"held-out median |error| {held.median():.0%}, max {held.max():.0%}"
+            if len(held)
+            else "none held out"
+        )
+        return (
+            f"step-time model calibrated on {fit} {self.gpu} records ({len(held)} held out: "
+            f"{how}); "
+            f"rates {self.rates.source}"
+        )
 
 
 def _row(where: str, fam: str, g, shares: list[str]) -> dict:
-    return {"set": where, "family": fam, "n": len(g), "before_median": g["before"].median(),
-            "before_max": g["before"].max(), "after_median": g["after"].median(), "after_max": g["after"].max(),
-            **{s: g[s].median() for s in shares}}
+    return {
+        "set": where,
+        "family": fam,
+        "n": len(g),
+        "before_median": g["before"].median(),
+        "before_max": g["before"].max(),
+        "after_median": g["after"].median(),
+        "after_max": g["after"].max(),
+        **{s: g[s].median() for s in shares},
+    }
 
 
 def calibrate(store=None, gpu: str = "H200", fixed: dict | None = None) -> Calibration:
     """Fit step_model's constants on the usable records of GPU model `gpu` in `store` (default: the
-    results store) and check them on the held-out ones; `fixed` holds some constants at a value (in their
-    units; e.g. {"gemm_width": 0}: one GEMM efficiency for every width, the model before chapter 07's dense
-    case). Raises NotRecorded when too few records qualify."""
+    results store) and check them on the held-out ones; `fixed` holds some constants at a value (in
+    their units; e.g. {"gemm_width": 0}: one GEMM efficiency for every width, the model before
+    chapter 07's dense case). Raises NotRecorded when too few records qualify."""
     import numpy as np
     import pandas as pd
     from megalab.jobs.running import NotRecorded
     from megalab.records.store import as_store
+
     name = spec(gpu).name
     store = as_store(store)
     recs = usable_records(store, name)
     if len(recs) <= len(CONSTANTS):
-        raise NotRecorded(f"{len(recs)} usable {name} run record(s) in {store.root}; the fit needs more than "
-                          f"{len(CONSTANTS)}: record runs on {name} (compiled, not profiled, not packed)")
+        raise NotRecorded(
+            f"{len(recs)} usable {name} run record(s) in {store.root}; the fit needs more than "
+            f"{len(CONSTANTS)}: record runs on {name} (compiled, not profiled, not packed)"
+        )
     rates = Rates.recorded(name, store)
     cfgs = [RunConfig.from_dict(r["config"]) for r in recs]
     measured = np.array([r["summary"]["step_time_s"] for r in recs], dtype=float)
@@ -261,22 +334,36 @@ def calibrate(store=None, gpu: str = "H200", fixed: dict | None = None) -> Calib
     held = np.array(_held_out(cfgs))
     si = {n: v * CONSTANTS[n][1] for n, v in (fixed or {}).items()}
     fitted, used = _fit({k: v[~held] for k, v in p.items()}, measured[~held], si)
-    constants = tuple(Constant(n, unit, float(fitted[n] / scale), meaning, used[n])
-                      for n, (unit, scale, _, meaning) in CONSTANTS.items())
+    constants = tuple(
+        Constant(n, unit, float(fitted[n] / scale), meaning, used[n])
+        for n, (unit, scale, _, meaning) in CONSTANTS.items()
+    )
     terms = combine(p, fitted)
     before = np.array([_roofline(c, rates) for c in cfgs])
-    frame = pd.DataFrame({
-        "label": [c.label for c in cfgs], "key": [c.key for c in cfgs], "id": [r.get("id") for r in recs],
-        "family": [family(c) for c in cfgs], "set": np.where(held, "held out", "fit"), "measured_s": measured,
-        "roofline_s": before, "predicted_s": terms["total_s"], "err_before": before / measured - 1,
-        "err_after": terms["total_s"] / measured - 1, **{t: terms[t] for t in TERMS}})
+    frame = pd.DataFrame(
+        {
+            "label": [c.label for c in cfgs],
+            "key": [c.key for c in cfgs],
+            "id": [r.get("id") for r in recs],
+            "family": [family(c) for c in cfgs],
+            "set": np.where(held, "held out", "fit"),
+            "measured_s": measured,
+            "roofline_s": before,
+            "predicted_s": terms["total_s"],
+            "err_before": before / measured - 1,
+            "err_after": terms["total_s"] / measured - 1,
+            **{t: terms[t] for t in TERMS},
+        }
+    )
     return Calibration(name, constants, rates, frame)
 
 
 def for_search(gpu: str = "H200", store=None) -> Calibration | None:
     """What `search.search(..., model=)` ranks with on GPU model `gpu`: the model calibrated on its
-    records, or None (the roofline, which the ranking then says) when the store holds too few to fit."""
+    records, or None (the roofline, which the ranking then says) when the store holds too few to
+    fit."""
     from megalab.jobs.running import NotRecorded
+
     try:
         return calibrate(store, gpu)
     except NotRecorded:

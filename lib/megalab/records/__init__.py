@@ -6,13 +6,50 @@
     profiles      one profiled step, kernel by kernel
     routing       the tokens each expert received, as an MoE run recorded them
 
-`megalab.records.provenance(...)`, `megalab.records.TRAINER_CHANGES`: the schema's names are handed on here.
+`megalab.records.provenance(...)`, `megalab.records.TRAINER_CHANGES`: the schema's names are handed
+on here.
 """
-from megalab.records.schema import (ENV_FIELDS, PROVENANCE, REPEAT_TAGS, SCHEMA, SERIES_FIELDS, SUMMARY_FIELDS,
-                                    TRAINER_CHANGES, WARMUP_TAG, is_repeat, is_warmup, label_of, make_record,
-                                    provenance, record_problems, to_frame, trained, trainer_revision, type_problems,
-                                    utc_now)
 
-__all__ = ["ENV_FIELDS", "PROVENANCE", "REPEAT_TAGS", "SCHEMA", "SERIES_FIELDS", "SUMMARY_FIELDS", "TRAINER_CHANGES",
-           "WARMUP_TAG", "is_repeat", "is_warmup", "label_of", "make_record", "provenance", "record_problems",
-           "to_frame", "trained", "trainer_revision", "type_problems", "utc_now"]
+from megalab.records.schema import (
+    ENV_FIELDS,
+    PROVENANCE,
+    REPEAT_TAGS,
+    SCHEMA,
+    SERIES_FIELDS,
+    SUMMARY_FIELDS,
+    TRAINER_CHANGES,
+    WARMUP_TAG,
+    is_repeat,
+    is_warmup,
+    label_of,
+    make_record,
+    provenance,
+    record_problems,
+    to_frame,
+    trained,
+    trainer_revision,
+    type_problems,
+    utc_now,
+)
+
+__all__ = [
+    "ENV_FIELDS",
+    "PROVENANCE",
+    "REPEAT_TAGS",
+    "SCHEMA",
+    "SERIES_FIELDS",
+    "SUMMARY_FIELDS",
+    "TRAINER_CHANGES",
+    "WARMUP_TAG",
+    "is_repeat",
+    "is_warmup",
+    "label_of",
+    "make_record",
+    "provenance",
+    "record_problems",
+    "to_frame",
+    "trained",
+    "trainer_revision",
+    "type_problems",
+    "utc_now",
+]

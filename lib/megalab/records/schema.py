@@ -4,8 +4,8 @@
 A run record (schema 1): id, key and label of the RunConfig, the config itself, status and error,
 summary (metrics.summarize after the warm-up steps, plus startup and per-rank memory peaks), the
 per-step series, theory's prediction, the environment it ran in (GPU, driver, CUDA, torch, Megatron
-Core, Transformer Engine), git commit, time, tags, the run folder, for a profiled run its kernels, and for
-a run over several nodes each node's environment ("nodes").
+Core, Transformer Engine), git commit, time, tags, the run folder, for a profiled run its kernels,
+and for a run over several nodes each node's environment ("nodes").
 """
 
 from __future__ import annotations
@@ -24,24 +24,50 @@ from megalab.runs.axes import MODEL_PARALLEL, SHORT
 SCHEMA = 1
 RUNS, BENCH, ERRATA = "runs.jsonl", "bench.jsonl", "errata.jsonl"
 SERIES_FIELDS = ("step", "loss", "step_time_s", "grad_norm")
-SUMMARY_FIELDS = ("step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "mem_allocated_peak_gib",
-                  "mem_reserved_peak_gib", "act_gib", "loss_first", "loss_last", "startup_s", "steps")
-ENV_FIELDS = ("gpu_name", "gpu_count", "gpu_mem_gib", "interconnect", "driver", "cuda", "torch",
-              "megatron_core", "transformer_engine", "python", "hostname",
-              "cpu_count")  # two hosts of one GPU model launched kernels 2.2x apart, 32 CPUs against 64
+SUMMARY_FIELDS = (
+    "step_time_s",
+    "tokens_per_s",
+    "tflops_per_gpu",
+    "mfu",
+    "mem_allocated_peak_gib",
+    "mem_reserved_peak_gib",
+    "act_gib",
+    "loss_first",
+    "loss_last",
+    "startup_s",
+    "steps",
+)
+ENV_FIELDS = (
+    "gpu_name",
+    "gpu_count",
+    "gpu_mem_gib",
+    "interconnect",
+    "driver",
+    "cuda",
+    "torch",
+    "megatron_core",
+    "transformer_engine",
+    "python",
+    "hostname",
+    # two hosts of one GPU model launched kernels 2.2x apart, 32 CPUs against 64
+    "cpu_count",
+)
 
 
-REPEAT_TAGS = ("spread", "graphs")  # repeats of a configuration made for another comparison (back-to-back runs of
-                                    # one step, CUDA-graph pairs): results.select and the calibration read a
-                                    # configuration's own records first (is_repeat)
+# repeats of a configuration made for another comparison (back-to-back runs of
+REPEAT_TAGS = ("spread", "graphs")
+# one step, CUDA-graph pairs): results.select and the calibration read a
+# configuration's own records first (is_repeat)
 
 
-WARMUP_TAG = "warmup"  # a plan's first run on a fresh host (tools/gpu/pack.py's `warmup!` line): it warms the host (the
-                      # first run on a fresh host measured ~30% slow), so its step time is no timing
+# a plan's first run on a fresh host (tools/gpu/pack.py's `warmup!` line): it warms the host (the
+WARMUP_TAG = "warmup"
+# first run on a fresh host measured ~30% slow), so its step time is no timing
 
 
 def is_repeat(record: dict) -> bool:
-    """Whether a record is a repeat made for another comparison (REPEAT_TAGS), not its configuration's own."""
+    """Whether a record is a repeat made for another comparison (REPEAT_TAGS), not its
+    configuration's own."""
     return bool(set(record.get("tags") or ()) & set(REPEAT_TAGS))
 
 
@@ -49,23 +75,41 @@ def is_warmup(record: dict) -> bool:
     """Whether a record is a fresh host's warm-up run (WARMUP_TAG): trained, but not a timing."""
     return WARMUP_TAG in (record.get("tags") or ())
 
-# Changes to the trainer that change how long a step takes: (UTC time it landed, commit, what changed).
-# A record made before a change comes from an older trainer; timings compare only within one revision. The time
-# and commit select records (a record keeps when and at which commit it was made), so they stay as recorded.
+
+# Changes to the trainer that change how long a step takes: (UTC time it landed, commit, what
+# changed). A record made before a change comes from an older trainer; timings compare only within
+# one revision. The time and commit select records (a record keeps when and at which commit it was
+# made), so they stay as recorded.
 TRAINER_CHANGES = (
-    ("2026-11-25T04:02:15Z", "70bfd18", "Transformer Engine's linears accumulate wgrad into main_grad; MoE "
-     "permute and router fusion, CUTLASS grouped GEMM"),
+    (
+        "2026-11-25T04:02:15Z",
+        "70bfd18",
+        "Transformer Engine's linears accumulate wgrad into main_grad; MoE "
+        "permute and router fusion, CUTLASS grouped GEMM",
+    ),
 )
 
 
 def trainer_revision(record: dict) -> int:
-    """Which trainer made a record: how many TRAINER_CHANGES had landed when it was recorded (0: the first)."""
+    """Which trainer made a record: how many TRAINER_CHANGES had landed when it was recorded (0: the
+    first)."""
     at = record.get("recorded_at") or ""
     return sum(at >= when for when, *_ in TRAINER_CHANGES)
 
 
-_LEAD = ("label", "key", "status", "model", "gpus", *SHORT, "sp",
-         "mbs", "gbs", "seq", "num_microbatches")
+_LEAD = (
+    "label",
+    "key",
+    "status",
+    "model",
+    "gpus",
+    *SHORT,
+    "sp",
+    "mbs",
+    "gbs",
+    "seq",
+    "num_microbatches",
+)
 
 
 def _flatten(d: dict, prefix: str) -> list[tuple[str, Any]]:
@@ -79,19 +123,25 @@ def _flatten(d: dict, prefix: str) -> list[tuple[str, Any]]:
 
 
 def trained(record: dict) -> bool:
-    """The run trained every step it was set: status ok, or a timeout after the trainer's summary line (the
-    launcher then stopped ranks that hung at exit; with EXIT_GRACE_S it keeps such a run as ok itself: CUDA-graph
-    captures have trained every step and then hung until the time limit)."""
+    """The run trained every step it was set: status ok, or a timeout after the trainer's summary
+    line (the launcher then stopped ranks that hung at exit; with EXIT_GRACE_S it keeps such a run
+    as ok itself: CUDA-graph captures have trained every step and then hung until the time
+    limit)."""
     summary, config = record.get("summary") or {}, record.get("config") or {}
     if record.get("status") == "ok":
         return True
-    return (record.get("status") == "timeout" and "startup_marks_s" in summary
-            and summary.get("steps") == config.get("iters"))
+    return (
+        record.get("status") == "timeout"
+        and "startup_marks_s" in summary
+        and summary.get("steps") == config.get("iters")
+    )
 
 
 def label_of(record: dict) -> str | None:
-    """The label the library gives the record's configuration now (older records stored a shorter one)."""
+    """The label the library gives the record's configuration now (older records stored a shorter
+    one)."""
     from megalab.runs.config import RunConfig
+
     try:
         return RunConfig.from_dict(record["config"]).label
     except (KeyError, TypeError, ValueError):
@@ -101,7 +151,8 @@ def label_of(record: dict) -> str | None:
 def to_frame(records: Iterable[dict]):
     """A pandas DataFrame, one row per record, flat columns: label, key, status, the config fields
     (model = config name, dp and num_microbatches derived), summary fields, gpu_name/gpu_count,
-    predicted_<name> for the theory numbers (nested: predicted_memory_gib_total), error, tags, recorded_at, id."""
+    predicted_<name> for the theory numbers (nested: predicted_memory_gib_total), error, tags,
+    recorded_at, id."""
     import pandas as pd  # lazy: pandas is slow to import
 
     from megalab.runs.config import ADDED_FIELD_DEFAULTS
@@ -140,12 +191,19 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def make_record(cfg, outcome, predicted: dict | None = None, env: dict | None = None,
-                git_commit: str | None = None, tags: Iterable[str] = ()) -> dict:
+def make_record(
+    cfg,
+    outcome,
+    predicted: dict | None = None,
+    env: dict | None = None,
+    git_commit: str | None = None,
+    tags: Iterable[str] = (),
+) -> dict:
     """One schema-1 record from a RunConfig and a launch.RunOutcome.
 
     env defaults to the fingerprint the trainer printed in its summary line (the machine that ran),
-    else this machine's. summary: metrics.summarize over the steps plus startup_s and per-rank peaks.
+    else this machine's. summary: metrics.summarize over the steps plus startup_s and per-rank
+    peaks.
     """
     from megalab import metrics
 
@@ -153,14 +211,19 @@ def make_record(cfg, outcome, predicted: dict | None = None, env: dict | None = 
     steps, final = parsed.steps, parsed.summary or {}
     summary = metrics.summarize(steps)
     summary["startup_s"] = final.get("startup_s")
-    for name in ("startup_marks_s", "mem_allocated_peak_gib_per_rank", "mem_reserved_peak_gib_per_rank",
-                 "exit_hung_s"):
+    for name in (
+        "startup_marks_s",
+        "mem_allocated_peak_gib_per_rank",
+        "mem_reserved_peak_gib_per_rank",
+        "exit_hung_s",
+    ):
         if final.get(name) is not None:
             summary[name] = final[name]
     if env is None:
         env = final.get("env")
     if env is None:
         from megalab.machine.env import fingerprint
+
         env = fingerprint()
     return {
         "schema": SCHEMA,
@@ -174,13 +237,19 @@ def make_record(cfg, outcome, predicted: dict | None = None, env: dict | None = 
         "series": {name: [s.get(name) for s in steps] for name in SERIES_FIELDS},
         "predicted": predicted or {},
         "env": {name: env.get(name) for name in ENV_FIELDS},
-        **({"nodes": [{name: n.get(name) for name in ENV_FIELDS} for n in parsed.nodes]} if parsed.nodes else {}),
+        **(
+            {"nodes": [{name: n.get(name) for name in ENV_FIELDS} for n in parsed.nodes]}
+            if parsed.nodes
+            else {}
+        ),
         "git_commit": git_commit,
         "recorded_at": utc_now(),
         "tags": list(tags),
         "run_dir": str(outcome.run_dir) if outcome.run_dir is not None else None,
         **_profile(outcome.run_dir),
-        **({"routing": routing} if (routing := _read_json(outcome.run_dir, "routing.json")) else {}),
+        **(
+            {"routing": routing} if (routing := _read_json(outcome.run_dir, "routing.json")) else {}
+        ),
     }
 
 
@@ -196,24 +265,48 @@ def _read_json(run_dir, name: str):
 
 
 def _profile(run_dir) -> dict:
-    """{"profile": ...} from a profiled run's profile.json (kernel time by category, one step's timeline),
-    schedule.json (each pipeline stage's forward and backward passes of one step, megalab.train.stage_clock)
-    and the other ranks' profile_rank<r>.json (their kernel time by category, under "ranks")."""
+    """{"profile": ...} from a profiled run's profile.json (kernel time by category, one step's
+    timeline), schedule.json (each pipeline stage's forward and backward passes of one step,
+    megalab.train.stage_clock) and the other ranks' profile_rank<r>.json (their kernel time by
+    category, under "ranks")."""
     out = dict(_read_json(run_dir, "profile.json") or {})
     if schedule := _read_json(run_dir, "schedule.json"):
         out["schedule"] = schedule
     others = sorted(Path(run_dir).glob("profile_rank*.json")) if run_dir is not None and out else []
     ranks = {p.stem.removeprefix("profile_rank"): _read_json(run_dir, p.name) for p in others}
-    if ranks := {r: d["kernel_s_per_step"] for r, d in ranks.items() if d and "kernel_s_per_step" in d}:
+    if ranks := {
+        r: d["kernel_s_per_step"] for r, d in ranks.items() if d and "kernel_s_per_step" in d
+    }:
         out["ranks"] = {"0": out.get("kernel_s_per_step"), **ranks}
     return {"profile": out} if out else {}
 
 
 # -- checking a record made elsewhere (megalab results --import) ----------------------------------
-_RUN_TYPES = {"schema": int, "id": str, "key": str, "label": str, "config": dict, "status": str,
-              "error": (dict, type(None)), "summary": dict, "series": dict, "predicted": dict, "env": dict,
-              "git_commit": (str, type(None)), "recorded_at": str, "tags": list, "run_dir": (str, type(None))}
-_BENCH_TYPES = {"schema": int, "id": str, "kind": str, "bench": str, "env": dict, "recorded_at": str}
+_RUN_TYPES = {
+    "schema": int,
+    "id": str,
+    "key": str,
+    "label": str,
+    "config": dict,
+    "status": str,
+    "error": (dict, type(None)),
+    "summary": dict,
+    "series": dict,
+    "predicted": dict,
+    "env": dict,
+    "git_commit": (str, type(None)),
+    "recorded_at": str,
+    "tags": list,
+    "run_dir": (str, type(None)),
+}
+_BENCH_TYPES = {
+    "schema": int,
+    "id": str,
+    "kind": str,
+    "bench": str,
+    "env": dict,
+    "recorded_at": str,
+}
 _TYPE_NAMES = {int: "a whole number", str: "text", dict: "an object", list: "a list"}
 
 
@@ -222,14 +315,21 @@ def _type_name(want) -> str:
     return " or ".join("null" if k is type(None) else _TYPE_NAMES[k] for k in kinds)
 
 
-_FIELD_TYPES = {"int": (int,), "int | None": (int, type(None)), "float": (float, int), "str": (str,),
-                "str | None": (str, type(None)), "bool": (bool,)}
+_FIELD_TYPES = {
+    "int": (int,),
+    "int | None": (int, type(None)),
+    "float": (float, int),
+    "str": (str,),
+    "str | None": (str, type(None)),
+    "bool": (bool,),
+}
 
 
 def _config_type_problems(config: dict) -> list[str]:
     import dataclasses
 
     from megalab.runs.config import RunConfig
+
     out = []
     for f in dataclasses.fields(RunConfig):
         if f.name in config:
@@ -239,20 +339,27 @@ def _config_type_problems(config: dict) -> list[str]:
     return out
 
 
-_SUMMARY_TEXT, _SUMMARY_LISTS, _SUMMARY_MAPS = {"warmup_policy"}, {"mem_allocated_peak_gib_per_rank",
-                                                                   "mem_reserved_peak_gib_per_rank"}, {"startup_marks_s"}
+_SUMMARY_TEXT, _SUMMARY_LISTS, _SUMMARY_MAPS = (
+    {"warmup_policy"},
+    {"mem_allocated_peak_gib_per_rank", "mem_reserved_peak_gib_per_rank"},
+    {"startup_marks_s"},
+)
 
 
 def _is_amount(v) -> bool:
-    """A measured amount: a finite, non-negative number (not a bool), or null where nothing was measured."""
+    """A measured amount: a finite, non-negative number (not a bool), or null where nothing was
+    measured."""
     return v is None or _amounts([v])
 
 
 def _amounts(values) -> bool:
-    """Whether every value is a measured amount (_is_amount): one pass in C over a series of thousands."""
+    """Whether every value is a measured amount (_is_amount): one pass in C over a series of
+    thousands."""
     import math
+
     numbers = [x for x in values if x is not None]
-    if not all(type(x) is float or type(x) is int for x in numbers):  # type(), not isinstance: no bools
+    # type(), not isinstance: no bools
+    if not all(type(x) is float or type(x) is int for x in numbers):
         return False
     try:
         return not numbers or (math.isfinite(sum(numbers)) and min(numbers) >= 0)
@@ -261,10 +368,11 @@ def _amounts(values) -> bool:
 
 
 def _measurement_problems(record: dict) -> list[str]:
-    """Values in `summary` and `series` that are not measured amounts (text, negative, NaN, ...): a chapter
-    computing a median or a ratio over them would crash, or quote nonsense, far from the cause."""
+    """Values in `summary` and `series` that are not measured amounts (text, negative, NaN, ...): a
+    chapter computing a median or a ratio over them would crash, or quote nonsense, far from the
+    cause."""
     out, summary, series = [], record.get("summary"), record.get("series")
-    for name, v in (summary.items() if isinstance(summary, dict) else ()):
+    for name, v in summary.items() if isinstance(summary, dict) else ():
         if name in _SUMMARY_TEXT:
             ok = isinstance(v, str)
         elif name in _SUMMARY_LISTS:
@@ -274,23 +382,32 @@ def _measurement_problems(record: dict) -> list[str]:
         else:
             ok = _is_amount(v)
         if not ok:
-            out.append(f"summary {name!r} should be a measured amount (a number >= 0, or null), not {json.dumps(v)[:40]}")
-    for name, v in (series.items() if isinstance(series, dict) else ()):
+            out.append(
+                f"summary {name!r} should be a measured amount (a number >= 0, or null), not "
+                f"{json.dumps(v)[:40]}"
+            )
+    for name, v in series.items() if isinstance(series, dict) else ():
         if not (isinstance(v, list) and _amounts(v)):
             out.append(f"series {name!r} should be a list of numbers >= 0 (or nulls)")
     return out
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")           # what a terminal would act on: escape sequences, ...
-_CONTROL_IN_TEXT = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")   # the same, less tab and newline (a traceback)
-_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|\+00:00)")   # UTC, as utc_now writes it
-FUTURE_SLACK = timedelta(days=1)   # clocks of the machines that record and import may differ this much
-_ENV_TYPES = {"gpu_count": int, "cpu_count": int, "gpu_mem_gib": (int, float)}   # the rest: text or null
+# what a terminal would act on: escape sequences, ...
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# the same, less tab and newline (a traceback)
+_CONTROL_IN_TEXT = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# UTC, as utc_now writes it
+_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|\+00:00)")
+# clocks of the machines that record and import may differ this much
+FUTURE_SLACK = timedelta(days=1)
+# the rest: text or null
+_ENV_TYPES = {"gpu_count": int, "cpu_count": int, "gpu_mem_gib": (int, float)}
 
 
 def _time_problem(at: str) -> str | None:
-    """Why `at` is no recording time: not UTC as utc_now writes it, no day of the calendar (2026-02-30), or
-    later than now (the newest record of its configuration stands for it: one from the future would forever)."""
+    """Why `at` is no recording time: not UTC as utc_now writes it, no day of the calendar
+    (2026-02-30), or later than now (the newest record of its configuration stands for it: one from
+    the future would forever)."""
     try:
         when = datetime.fromisoformat(at.replace("Z", "+00:00")) if _TIME.fullmatch(at) else None
     except ValueError:
@@ -303,51 +420,85 @@ def _time_problem(at: str) -> str | None:
 
 
 def _text_problems(record: dict) -> list[str]:
-    """Text an imported record would print raw on a reader's terminal (escape sequences retitle the window,
-    clear the screen, hide text), and fields whose form the chapters rely on (time, env)."""
+    """Text an imported record would print raw on a reader's terminal (escape sequences retitle the
+    window, clear the screen, hide text), and fields whose form the chapters rely on (time, env)."""
     out, bench = [], record.get("kind") == "bench"
-    fields = [(name, record.get(name)) for name in ("id", "key", "label", "status", "git_commit", "recorded_at",
-                                                    "run_dir", "kind", "bench")]
-    fields += [(f"tags[{i}]", t) for i, t in enumerate(record.get("tags") or []) if isinstance(t, str)]
+    fields = [
+        (name, record.get(name))
+        for name in (
+            "id",
+            "key",
+            "label",
+            "status",
+            "git_commit",
+            "recorded_at",
+            "run_dir",
+            "kind",
+            "bench",
+        )
+    ]
+    fields += [
+        (f"tags[{i}]", t) for i, t in enumerate(record.get("tags") or []) if isinstance(t, str)
+    ]
     env = record.get("env") if isinstance(record.get("env"), dict) else {}
     fields += [(f"env.{k}", v) for k, v in env.items()]
-    out += [f"{name} holds a control character ({json.dumps(v)[:40]}): records hold printable text only"
-            for name, v in fields if isinstance(v, str) and _CONTROL.search(v)]
+    out += [
+        f"{name} holds a control character ({json.dumps(v)[:40]}): records hold printable text only"
+        for name, v in fields
+        if isinstance(v, str) and _CONTROL.search(v)
+    ]
     error = record.get("error") if isinstance(record.get("error"), dict) else {}
-    out += [f"error.{k} holds a control character other than tab and newline: records hold printable text only"
-            for k, v in error.items() if isinstance(v, str) and _CONTROL_IN_TEXT.search(v)]
+    out += [
+        f"error.{k} holds a control character other than tab and newline: records hold printable "
+        f"text only"
+        for k, v in error.items()
+        if isinstance(v, str) and _CONTROL_IN_TEXT.search(v)
+    ]
     at = record.get("recorded_at")
     if isinstance(at, str):
         out += [f"recorded_at={at[:40]!r} {p}" for p in [_time_problem(at)] if p]
     for name, want in _ENV_TYPES.items():
         v = env.get(name)
-        if v is not None and (not isinstance(v, want) or isinstance(v, bool) or not 0 <= v < 2 ** 31):
+        if v is not None and (not isinstance(v, want) or isinstance(v, bool) or not 0 <= v < 2**31):
             out.append(f"env.{name}={json.dumps(v)[:40]} should be a number of 0 or more, or null")
-    out += [f"env.{k}={json.dumps(v)[:40]} should be text or null" for k, v in env.items()
-            if k not in _ENV_TYPES and not isinstance(v, (str, type(None)))]
-    if bench or record.get("status") not in (None, "invalid"):  # what ran ran somewhere: chapters read its GPU
+    out += [
+        f"env.{k}={json.dumps(v)[:40]} should be text or null"
+        for k, v in env.items()
+        if k not in _ENV_TYPES and not isinstance(v, (str, type(None)))
+    ]
+    # what ran ran somewhere: chapters read its GPU
+    if bench or record.get("status") not in (None, "invalid"):
         if not (isinstance(env.get("gpu_name"), str) and env["gpu_name"].strip()):
             out.append("env.gpu_name is missing: a measurement names the GPU it ran on")
         if not isinstance(env.get("gpu_count"), int):
-            out.append("env.gpu_count is missing: a measurement names how many GPUs the machine had")
+            out.append(
+                "env.gpu_count is missing: a measurement names how many GPUs the machine had"
+            )
     return out
 
 
 def type_problems(record: dict) -> list[str]:
-    """The fields a record holds with the wrong type (what the full schema check, record_problems, also
-    finds); missing fields are not its concern. The store's readers skip such records: a sum or a label
-    over them would crash far from the cause."""
+    """The fields a record holds with the wrong type (what the full schema check, record_problems,
+    also finds); missing fields are not its concern. The store's readers skip such records: a sum or
+    a label over them would crash far from the cause."""
     types = _BENCH_TYPES if record.get("kind") == "bench" else _RUN_TYPES
-    out = [f"field {name!r} should be {_type_name(want)}, not {json.dumps(record[name])[:40]}"
-           for name, want in types.items() if name in record and
-           (not isinstance(record[name], want) or isinstance(record[name], bool))]
+    out = [
+        f"field {name!r} should be {_type_name(want)}, not {json.dumps(record[name])[:40]}"
+        for name, want in types.items()
+        if name in record and (not isinstance(record[name], want) or isinstance(record[name], bool))
+    ]
     config = record.get("config")
-    return (out + (_config_type_problems(config) if isinstance(config, dict) else []) + _measurement_problems(record)
-            + _nodes_problems(record))
+    return (
+        out
+        + (_config_type_problems(config) if isinstance(config, dict) else [])
+        + _measurement_problems(record)
+        + _nodes_problems(record)
+    )
 
 
 def _nodes_problems(record: dict) -> list[str]:
-    """A run over several nodes keeps each node's machine under "nodes" (a list of env objects); optional."""
+    """A run over several nodes keeps each node's machine under "nodes" (a list of env objects);
+    optional."""
     nodes = record.get("nodes", [])
     ok = isinstance(nodes, list) and all(isinstance(n, dict) for n in nodes)
     return [] if ok else ["field 'nodes' should be a list of objects (each node's env)"]
@@ -355,17 +506,20 @@ def _nodes_problems(record: dict) -> list[str]:
 
 def record_problems(record) -> list[str]:
     """Why a record does not fit the schema make_record writes (a bench record: its own few fields);
-    [] when it does. The config must load as a RunConfig whose key is the record's key, and a run that
-    started (any status but "invalid") must have a layout megalab accepts."""
+    [] when it does. The config must load as a RunConfig whose key is the record's key, and a run
+    that started (any status but "invalid") must have a layout megalab accepts."""
     if not isinstance(record, dict):
         return [f"a record is a JSON object, not {type(record).__name__}"]
     bench = record.get("kind") == "bench"
     types = _BENCH_TYPES if bench else _RUN_TYPES
-    out = [f"field {name!r} is missing" for name in types if name not in record and name != "id"]  # an
+    # an
+    out = [f"field {name!r} is missing" for name in types if name not in record and name != "id"]
     # import gives a record without an id one made from its content
-    out += [f"field {name!r} should be {_type_name(want)}, not {json.dumps(record[name])[:40]}"
-            for name, want in types.items() if name in record and
-            (not isinstance(record[name], want) or isinstance(record[name], bool))]
+    out += [
+        f"field {name!r} should be {_type_name(want)}, not {json.dumps(record[name])[:40]}"
+        for name, want in types.items()
+        if name in record and (not isinstance(record[name], want) or isinstance(record[name], bool))
+    ]
     if record.get("schema") != SCHEMA and "schema" not in " ".join(out):
         out.append(f"schema={record.get('schema')!r}: this megalab reads schema {SCHEMA}")
     if isinstance(record.get("id"), str) and not record["id"].strip():
@@ -376,6 +530,7 @@ def record_problems(record) -> list[str]:
         return out
     from megalab.runs.config import RunConfig
     from megalab.metrics import STATUSES
+
     if record["status"] not in STATUSES:
         out.append(f"status={record['status']!r}: pick one of {', '.join(STATUSES)}")
     if not all(isinstance(t, str) for t in record["tags"]):
@@ -394,13 +549,23 @@ def record_problems(record) -> list[str]:
         out += [f"config: {p}" for p in cfg.problems()]
     else:  # a layout that could not start is a record; a name that cannot name a folder is not
         from megalab.runs.layout_rules import name_problem
+
         out += [f"config: {p}" for p in [name_problem(cfg.name)] if p]
     if cfg.key != record["key"]:
         out.append(f"key {record['key']!r} is not its config's key {cfg.key!r}")
     return out
 
 
-PROVENANCE = ("gpu_name", "interconnect", "driver", "cuda", "torch", "megatron_core", "transformer_engine", "python")
+PROVENANCE = (
+    "gpu_name",
+    "interconnect",
+    "driver",
+    "cuda",
+    "torch",
+    "megatron_core",
+    "transformer_engine",
+    "python",
+)
 
 
 def _short_commit(commit: str | None) -> str:
@@ -410,16 +575,29 @@ def _short_commit(commit: str | None) -> str:
 
 
 def provenance(records: Iterable[dict]):
-    """Where records come from: one row per distinct environment fingerprint and git commit, with the
-    number of records, GPU counts seen and the first and last recording time (UTC)."""
+    """Where records come from: one row per distinct environment fingerprint and git commit, with
+    the number of records, GPU counts seen and the first and last recording time (UTC)."""
     import pandas as pd
 
-    rows = [{**{f: (r.get("env") or {}).get(f) for f in PROVENANCE},
-             "gpus": (r.get("env") or {}).get("gpu_count"), "git_commit": _short_commit(r.get("git_commit")),
-             "recorded_at": r.get("recorded_at")} for r in records]
+    rows = [
+        {
+            **{f: (r.get("env") or {}).get(f) for f in PROVENANCE},
+            "gpus": (r.get("env") or {}).get("gpu_count"),
+            "git_commit": _short_commit(r.get("git_commit")),
+            "recorded_at": r.get("recorded_at"),
+        }
+        for r in records
+    ]
     df = pd.DataFrame(rows, columns=[*PROVENANCE, "gpus", "git_commit", "recorded_at"])
     keys = [*PROVENANCE, "git_commit"]
-    out = df.fillna({"transformer_engine": "not installed"}).groupby(keys, dropna=False).agg(
-        records=("recorded_at", "size"), gpus=("gpus", lambda s: sorted(set(s.dropna().astype(int)))),
-        first=("recorded_at", "min"), last=("recorded_at", "max"))
+    out = (
+        df.fillna({"transformer_engine": "not installed"})
+        .groupby(keys, dropna=False)
+        .agg(
+            records=("recorded_at", "size"),
+            gpus=("gpus", lambda s: sorted(set(s.dropna().astype(int)))),
+            first=("recorded_at", "min"),
+            last=("recorded_at", "max"),
+        )
+    )
     return out.reset_index().sort_values("first", ignore_index=True)

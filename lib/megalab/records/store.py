@@ -1,21 +1,24 @@
 """The results store: every run and microbenchmark ever recorded, as append-only JSON Lines.
 
-Layout: `results/runs.jsonl` (training runs) and `results/bench.jsonl` (records with "kind": "bench"),
-committed with the book. The folder is $MEGALAB_RESULTS, else `results/` in the megalab checkout,
-else `./results`. One record per line (what a record holds: `records.py`).
+Layout: `results/runs.jsonl` (training runs) and `results/bench.jsonl` (records with "kind":
+"bench"), committed with the book. The folder is $MEGALAB_RESULTS, else `results/` in the megalab
+checkout, else `./results`. One record per line (what a record holds: `records.py`).
 
 Safety rules, because runs are killed, crash and run side by side:
 - a writer holds an exclusive `fcntl.flock` on a sidecar `<file>.lock` while it appends;
 - if the file does not end in "\\n" (a writer was killed mid-line) a "\\n" is written first, so the
   torn fragment stays alone on its line; lines are never rewritten, files never truncated;
 - each record goes out as one `os.write` of its full bytes, then `fsync`;
-- readers take a shared lock on the same file, skip torn lines and records with wrongly typed fields,
+- readers take a shared lock on the same file, skip torn lines and records with wrongly typed
+fields,
   and warn once with file:line and the reason; a process parses each state of a file once (the records
   handed out are shallow copies: their nested values are shared, read them, do not modify them);
-- `import_records` checks every line of another store's file first (a bad one refuses the whole file),
+- `import_records` checks every line of another store's file first (a bad one refuses the whole
+file),
   then merges it and skips ids already present, all or nothing: a write that fails (a full disk) is cut
   back to the size the file had under the lock, in every file the import touched;
-- only regular files are read or written: a symlinked, FIFO or device `runs.jsonl` (or lock) is refused
+- only regular files are read or written: a symlinked, FIFO or device `runs.jsonl` (or lock) is
+refused
   (StoreUnusable), and so is a line nested deeper than MAX_DEPTH or holding a number no float can hold;
 - `stream` reads one line at a time (the command line's `megalab results` over a store of any size).
 
@@ -41,22 +44,26 @@ from typing import Any
 
 RUNS, BENCH, ERRATA = "runs.jsonl", "bench.jsonl", "errata.jsonl"
 MAX_REASONS = 20  # reasons listed when an import is refused
-MAX_DEPTH = 32    # nesting a record may have (a made record has 6): deeper ones crash json and pandas far away
-_DIGITS_AS_0 = bytes.maketrans(b"123456789", b"000000000")   # a fast first look for 19 digits in a row
+# nesting a record may have (a made record has 6): deeper ones crash json and pandas far away
+MAX_DEPTH = 32
+# a fast first look for 19 digits in a row
+_DIGITS_AS_0 = bytes.maketrans(b"123456789", b"000000000")
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 
 
 class ImportRefused(ValueError):
-    """A file to import is missing or holds records that do not fit the schema; nothing was imported."""
+    """A file to import is missing or holds records that do not fit the schema; nothing was
+    imported."""
 
 
 class NotRecorded(LookupError):
-    """No recorded result matches this configuration; the message gives the command that records it."""
+    """No recorded result matches this configuration; the message gives the command that records
+    it."""
 
 
 class StoreUnusable(ValueError):
-    """The results folder or one of its files cannot be used (missing, not a folder, not a regular file, a full
-    disk); the message says what to change. Nothing was written."""
+    """The results folder or one of its files cannot be used (missing, not a folder, not a regular
+    file, a full disk); the message says what to change. Nothing was written."""
 
 
 def default_root() -> Path:
@@ -64,6 +71,7 @@ def default_root() -> Path:
     if os.environ.get("MEGALAB_RESULTS"):
         return Path(os.environ["MEGALAB_RESULTS"])
     from megalab.machine.env import repo_root
+
     root = repo_root()
     return (root if root is not None else Path.cwd()) / "results"
 
@@ -96,14 +104,18 @@ class Store:
         self.root = Path(root) if root is not None else default_root()
 
     def check(self, writing: bool = False) -> None:
-        """Raise StoreUnusable if the folder cannot be a store: not a folder, or, named by $MEGALAB_RESULTS (a
-        typo there must not read as an empty store), missing when read."""
+        """Raise StoreUnusable if the folder cannot be a store: not a folder, or, named by
+        $MEGALAB_RESULTS (a typo there must not read as an empty store), missing when read."""
         name = f"MEGALAB_RESULTS={self.root}" if self.from_env else f"results folder {self.root}"
         if self.root.exists() and not self.root.is_dir():
-            raise StoreUnusable(f"{name}: not a folder: point it at a results folder (one holding runs.jsonl)")
+            raise StoreUnusable(
+                f"{name}: not a folder: point it at a results folder (one holding runs.jsonl)"
+            )
         if self.from_env and not writing and not self.root.exists():
-            raise StoreUnusable(f"{name}: no such folder: fix the path (mkdir it for a new store), or unset it "
-                                f"to use results/")
+            raise StoreUnusable(
+                f"{name}: no such folder: fix the path (mkdir it for a new store), or unset it "
+                f"to use results/"
+            )
 
     def __repr__(self) -> str:
         return f"Store({str(self.root)!r})"
@@ -123,23 +135,30 @@ class Store:
         return self._write_all({path: records}, skip_known_ids)
 
     def _write_all(self, batches: dict[Path, list[dict]], skip_known_ids: bool = False) -> int:
-        """Append each path's records under its lock (all locks held together, taken in path order), all or
-        nothing: a failed write cuts every file back to its size under the lock (StoreUnusable)."""
+        """Append each path's records under its lock (all locks held together, taken in path order),
+        all or nothing: a failed write cuts every file back to its size under the lock
+        (StoreUnusable)."""
         self.check(writing=True)
         self.root.mkdir(parents=True, exist_ok=True)
         with contextlib.ExitStack() as stack:
             for path in sorted(batches):
-                stack.enter_context(_locked(path, fcntl.LOCK_EX))  # released on close, or when the process dies
+                # released on close, or when the process dies
+                stack.enter_context(_locked(path, fcntl.LOCK_EX))
             if skip_known_ids:
                 batches = {path: _fresh(path, records) for path, records in batches.items()}
-            data = {path: b"".join(_dumps(r) for r in records) for path, records in batches.items() if records}
+            data = {
+                path: b"".join(_dumps(r) for r in records)
+                for path, records in batches.items()
+                if records
+            }
             opened = []  # (fd, size before): what to cut back to if a later write fails
             try:
                 for path, body in data.items():
                     opened.append(_append(path, body))
             except BaseException:
                 for fd, size in opened:
-                    os.ftruncate(fd, size)  # only our bytes: every writer waits on the locks we hold
+                    # only our bytes: every writer waits on the locks we hold
+                    os.ftruncate(fd, size)
                     os.fsync(fd)
                 raise
             finally:
@@ -149,29 +168,36 @@ class Store:
 
     def import_records(self, path: str | os.PathLike) -> int:
         """Merge the records of another JSONL file (e.g. brought back from a GPU host); returns how
-        many were new. Ids already in this store are skipped; nothing is overwritten. The whole file is
-        checked first (records.record_problems): one bad line refuses all of it (ImportRefused, with
-        file:line reasons) and nothing is written."""
+        many were new. Ids already in this store are skipped; nothing is overwritten. The whole file
+        is checked first (records.record_problems): one bad line refuses all of it (ImportRefused,
+        with file:line reasons) and nothing is written."""
         incoming = []
         for r in _read_strict(Path(path)):
             r = dict(r)
             r.setdefault("id", _content_id(r))  # stable, so a second import skips it too
             incoming.append(r)
-        batches = {self.path(kind): [r for r in incoming if (r.get("kind") == "bench") == (kind == "bench")]
-                   for kind in ("run", "bench")}
+        batches = {
+            self.path(kind): [
+                r for r in incoming if (r.get("kind") == "bench") == (kind == "bench")
+            ]
+            for kind in ("run", "bench")
+        }
         return self._write_all({p: b for p, b in batches.items() if b}, skip_known_ids=True)
 
     # reading
     def load(self, kind: str = "run", **filters) -> list[dict]:
-        """Records in file order that match every filter (see `matches`); a record with a wrongly typed
-        field (records.type_problems: a hand edit, say) is skipped with a warning naming file:line."""
+        """Records in file order that match every filter (see `matches`); a record with a wrongly
+        typed field (records.type_problems: a hand edit, say) is skipped with a warning naming
+        file:line."""
         self.check()
         return [r for r in _read(self.path(kind), lock=True, check=True) if matches(r, **filters)]
 
     def stream(self, kind: str = "run", **filters):
-        """The records `load` returns, one at a time, read a line at a time and kept by nobody: a store of any
-        size in little memory (no cache; `load` is faster for a chapter's hundreds of reads)."""
+        """The records `load` returns, one at a time, read a line at a time and kept by nobody: a
+        store of any size in little memory (no cache; `load` is faster for a chapter's hundreds of
+        reads)."""
         from megalab.records import type_problems
+
         self.check()
         path, bad = self.path(kind), []
         try:
@@ -198,37 +224,58 @@ class Store:
         _warn_skipped(path, bad)
 
     def errata(self) -> dict[str, str]:
-        """Record id -> reason, from errata.jsonl: records found wrong after they were made. A record is
-        never edited or removed; an erratum (one line: {"ids": [...], "reason": ...}) retracts it instead."""
+        """Record id -> reason, from errata.jsonl: records found wrong after they were made. A
+        record is never edited or removed; an erratum (one line: {"ids": [...], "reason": ...})
+        retracts it instead."""
         self.check()
-        return {i: e.get("reason", "") for e in _read(self.root / ERRATA)
-                if isinstance(e.get("ids"), list) for i in e["ids"] if isinstance(i, str)}
+        return {
+            i: e.get("reason", "")
+            for e in _read(self.root / ERRATA)
+            if isinstance(e.get("ids"), list)
+            for i in e["ids"]
+            if isinstance(i, str)
+        }
 
     def runs_on(self, gpu_model: str, status: str):
-        """(RunConfig, record) of each run of `status` on GPU model `gpu_model` (same_gpu_model), in file order,
-        less the retracted ones (errata) and those whose config no longer loads."""
+        """(RunConfig, record) of each run of `status` on GPU model `gpu_model` (same_gpu_model), in
+        file order, less the retracted ones (errata) and those whose config no longer loads."""
         from megalab.runs.config import RunConfig
+
         retracted = set(self.errata())
         for r in self.load("run", status=status):
-            if r.get("id") in retracted or not same_gpu_model((r.get("env") or {}).get("gpu_name"), gpu_model):
+            if r.get("id") in retracted or not same_gpu_model(
+                (r.get("env") or {}).get("gpu_name"), gpu_model
+            ):
                 continue
             try:
                 yield RunConfig.from_dict(r["config"]), r
             except (KeyError, TypeError, ValueError):
                 continue
 
-    def find(self, cfg_or_key, gpu_name: str | None = None, status: str | None = None,
-             exclude: Iterable[str] = (), gpu_model: str | None = None, profiled: bool | None = None) -> list[dict]:
-        """Records of this configuration (a RunConfig or its key), newest first; retracted ones (errata) left out.
-        gpu_name matches the recorded name exactly (case aside), gpu_model any name of that model
-        (same_gpu_model); profiled=False skips runs made under torch.profiler (slower steps), True keeps only them."""
+    def find(
+        self,
+        cfg_or_key,
+        gpu_name: str | None = None,
+        status: str | None = None,
+        exclude: Iterable[str] = (),
+        gpu_model: str | None = None,
+        profiled: bool | None = None,
+    ) -> list[dict]:
+        """Records of this configuration (a RunConfig or its key), newest first; retracted ones
+        (errata) left out. gpu_name matches the recorded name exactly (case aside), gpu_model any
+        name of that model (same_gpu_model); profiled=False skips runs made under torch.profiler
+        (slower steps), True keeps only them."""
         key = cfg_or_key if isinstance(cfg_or_key, str) else cfg_or_key.key
         skip = set(exclude) | set(self.errata())
         gpu_of = lambda r: (r.get("env") or {}).get("gpu_name")  # noqa: E731
-        found = [r for r in self.load(key=key, status=status) if r.get("id") not in skip
-                 and (gpu_name is None or same_gpu_name(gpu_of(r), gpu_name))
-                 and (gpu_model is None or same_gpu_model(gpu_of(r), gpu_model))
-                 and (profiled is None or ("profile" in (r.get("tags") or [])) == profiled)]
+        found = [
+            r
+            for r in self.load(key=key, status=status)
+            if r.get("id") not in skip
+            and (gpu_name is None or same_gpu_name(gpu_of(r), gpu_name))
+            and (gpu_model is None or same_gpu_model(gpu_of(r), gpu_model))
+            and (profiled is None or ("profile" in (r.get("tags") or [])) == profiled)
+        ]
         order = {id(r): i for i, r in enumerate(found)}
         return sorted(found, key=lambda r: (r.get("recorded_at") or "", order[id(r)]), reverse=True)
 
@@ -239,8 +286,10 @@ def same_gpu_name(a: str | None, b: str | None) -> bool:
 
 
 def same_gpu_model(a: str | None, b: str | None) -> bool:
-    """"NVIDIA H200" and "H200" name one model (megalab.machine.hardware); unknown names must match exactly."""
+    """ "NVIDIA H200" and "H200" name one model (megalab.machine.hardware); unknown names must match
+    exactly."""
     from megalab.machine.hardware import UnknownGPU, gpu_spec
+
     try:
         return bool(a) and bool(b) and gpu_spec(a).name == gpu_spec(b).name
     except UnknownGPU:
@@ -252,7 +301,8 @@ def _lock_path(path: Path) -> Path:
 
 
 def _fresh(path: Path, records: list[dict]) -> list[dict]:
-    """The records whose id is neither in the file (read under the caller's lock) nor earlier in the list."""
+    """The records whose id is neither in the file (read under the caller's lock) nor earlier in the
+    list."""
     known, fresh = {r.get("id") for r in _read(path, warn=False)}, []
     for r in records:
         if r["id"] not in known:
@@ -262,28 +312,44 @@ def _fresh(path: Path, records: list[dict]) -> list[dict]:
 
 
 def _open_regular(path: Path, flags: int, follow: bool = False) -> int:
-    """os.open for a store file, refusing what is not a regular file: a symlink (O_NOFOLLOW: a swapped link would
-    append to someone else's file), a FIFO or device (O_NONBLOCK: opening one must not hang) or a folder."""
+    """os.open for a store file, refusing what is not a regular file: a symlink (O_NOFOLLOW: a
+    swapped link would append to someone else's file), a FIFO or device (O_NONBLOCK: opening one
+    must not hang) or a folder."""
     try:
-        fd = os.open(path, flags | (0 if follow else os.O_NOFOLLOW) | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+        fd = os.open(
+            path, flags | (0 if follow else os.O_NOFOLLOW) | os.O_NONBLOCK | os.O_CLOEXEC, 0o644
+        )
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise StoreUnusable(f"{path}: a symbolic link: the store reads and writes regular files only; "
-                                f"replace it with the file it points to") from None
+            raise StoreUnusable(
+                f"{path}: a symbolic link: the store reads and writes regular files only; "
+                f"replace it with the file it points to"
+            ) from None
         if exc.errno == errno.EISDIR:
-            raise StoreUnusable(f"{path}: a folder: move it away, the store keeps a file there") from None
+            raise StoreUnusable(
+                f"{path}: a folder: move it away, the store keeps a file there"
+            ) from None
         raise
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        what = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
-        raise StoreUnusable(f"{path}: {what}, not a regular file: move it away, the store keeps a file there")
+        what = (
+            "a folder"
+            if stat.S_ISDIR(mode)
+            else "a FIFO"
+            if stat.S_ISFIFO(mode)
+            else "a device or socket"
+        )
+        raise StoreUnusable(
+            f"{path}: {what}, not a regular file: move it away, the store keeps a file there"
+        )
     return fd
 
 
 @contextlib.contextmanager
 def _locked(path: Path, how: int):
-    """Hold flock `how` on the sidecar `<file>.lock`; a read-only store (nobody appends to it) is read unlocked."""
+    """Hold flock `how` on the sidecar `<file>.lock`; a read-only store (nobody appends to it) is
+    read unlocked."""
     try:
         fd = _open_regular(_lock_path(path), os.O_RDWR | os.O_CREAT)
     except PermissionError:
@@ -304,8 +370,9 @@ def _locked(path: Path, how: int):
 
 
 def _append(path: Path, data: bytes) -> tuple[int, int]:
-    """Write `data` at the end of `path` (the caller holds its lock) and fsync; returns (fd, size before). A
-    write that fails (a full disk) is cut back to the size before and raises StoreUnusable."""
+    """Write `data` at the end of `path` (the caller holds its lock) and fsync; returns (fd, size
+    before). A write that fails (a full disk) is cut back to the size before and raises
+    StoreUnusable."""
     fd = _open_regular(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
     size = os.fstat(fd).st_size
     try:
@@ -313,13 +380,15 @@ def _append(path: Path, data: bytes) -> tuple[int, int]:
             data = b"\n" + data  # isolate a torn last line left by a killed writer
         view = memoryview(data)
         while view:  # one write on regular files; loop only if the kernel wrote less
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         os.fsync(fd)
     except OSError as exc:
         os.ftruncate(fd, size)
         os.close(fd)
-        raise StoreUnusable(f"{path}: {exc.strerror or exc}: nothing was written; free some space and run the "
-                            f"same command again") from None
+        raise StoreUnusable(
+            f"{path}: {exc.strerror or exc}: nothing was written; free some space and run the "
+            f"same command again"
+        ) from None
     except BaseException:
         os.close(fd)
         raise
@@ -341,8 +410,9 @@ def _read_locked(path: Path) -> bytes:
 
 
 def _open_snapshot(path: Path):
-    """(binary file, size): the file open for reading and its size under the shared lock; every record up to
-    that size is whole (writers append under the lock, and nothing is ever rewritten)."""
+    """(binary file, size): the file open for reading and its size under the shared lock; every
+    record up to that size is whole (writers append under the lock, and nothing is ever
+    rewritten)."""
     if not path.exists() and not path.is_symlink():
         raise FileNotFoundError(path)
     with _locked(path, fcntl.LOCK_SH):
@@ -353,10 +423,12 @@ def _open_snapshot(path: Path):
 
 
 def _too_deep(line: bytes) -> bool:
-    """Whether a parsed JSON line nests deeper than MAX_DEPTH. Fast path: its brackets, innermost pairs peeled
-    off; brackets inside strings can spoil that count, so a line it does not empty is counted exactly."""
+    """Whether a parsed JSON line nests deeper than MAX_DEPTH. Fast path: its brackets, innermost
+    pairs peeled off; brackets inside strings can spoil that count, so a line it does not empty is
+    counted exactly."""
     brackets = line.translate(None, _NOT_BRACKETS)
-    for _ in range(MAX_DEPTH // 2 + 1):  # a pass peels one level or two: emptied after k passes, depth <= 2k
+    # a pass peels one level or two: emptied after k passes, depth <= 2k
+    for _ in range(MAX_DEPTH // 2 + 1):
         if not brackets:
             return False
         brackets = brackets.replace(b"[]", b"").replace(b"{}", b"")
@@ -373,22 +445,24 @@ class _HugeNumber(ValueError):
 
 
 def _bounded_int(text: str) -> int:
-    """json's parse_int for a line with 19 digits in a row: an int no float can hold (math.isfinite, pandas and
-    the theory's arithmetic raise OverflowError on it) makes the line unusable."""
+    """json's parse_int for a line with 19 digits in a row: an int no float can hold (math.isfinite,
+    pandas and the theory's arithmetic raise OverflowError on it) makes the line unusable."""
     value = int(text)
-    if abs(value) >= 2 ** 63:
+    if abs(value) >= 2**63:
         raise _HugeNumber(text)
     return value
 
 
 def _parse_line(line: bytes):
-    """(parsed JSON, None), or (None, why it cannot be used): not JSON, nested too deep, a number too long."""
+    """(parsed JSON, None), or (None, why it cannot be used): not JSON, nested too deep, a number
+    too long."""
     hook = _bounded_int if b"0" * 19 in line.translate(_DIGITS_AS_0) else None
     try:
         obj = json.loads(line, parse_int=hook)
     except _HugeNumber:
         return None, "holds a whole number beyond 2**63"
-    except (ValueError, RecursionError) as exc:  # ValueError: not JSON, or an int of over 4,300 digits
+    # ValueError: not JSON, or an int of over 4,300 digits
+    except (ValueError, RecursionError) as exc:
         return None, f"not JSON ({getattr(exc, 'msg', None) or type(exc).__name__})"
     if isinstance(obj, (dict, list)) and _too_deep(line):
         return None, f"nested deeper than {MAX_DEPTH} levels"
@@ -403,15 +477,17 @@ def _lines(data: bytes):
             yield n, obj, why
 
 
-_PARSED: dict[str, dict] = {}  # path -> its last state read: digest, lines (_lines of its bytes), unfit (when asked)
+# path -> its last state read: digest, lines (_lines of its bytes), unfit (when asked)
+_PARSED: dict[str, dict] = {}
 
 
 def _parsed(path: Path, data: bytes) -> dict:
-    """The state of a file whose bytes are `data`: its `lines` (_lines, parsed once per state: a chapter reads the
-    store hundreds of times, and parsing it each time was most of a notebook's run) and, once _unfit has checked
-    them, its `unfit` lines. Keyed by a digest of the whole content, so an append, a torn line or any other change
-    is read afresh. The parsed records are shared between reads: _read hands out shallow copies, and nested
-    values (summary, series, ...) must not be modified in place."""
+    """The state of a file whose bytes are `data`: its `lines` (_lines, parsed once per state: a
+    chapter reads the store hundreds of times, and parsing it each time was most of a notebook's
+    run) and, once _unfit has checked them, its `unfit` lines. Keyed by a digest of the whole
+    content, so an append, a torn line or any other change is read afresh. The parsed records are
+    shared between reads: _read hands out shallow copies, and nested values (summary, series, ...)
+    must not be modified in place."""
     digest = hashlib.blake2b(data, digest_size=16).digest()
     state = _PARSED.get(str(path))
     if state is None or state["digest"] != digest:
@@ -420,12 +496,16 @@ def _parsed(path: Path, data: bytes) -> dict:
 
 
 def _unfit(state: dict) -> dict[int, str]:
-    """Lines of a file state (_parsed) whose record holds a wrongly typed field, each with its first problem
-    (checked once per state)."""
+    """Lines of a file state (_parsed) whose record holds a wrongly typed field, each with its first
+    problem (checked once per state)."""
     from megalab.records.schema import type_problems
+
     if state["unfit"] is None:
-        state["unfit"] = {n: problems[0] for n, obj, _ in state["lines"]
-                          if isinstance(obj, dict) and (problems := type_problems(obj))}
+        state["unfit"] = {
+            n: problems[0]
+            for n, obj, _ in state["lines"]
+            if isinstance(obj, dict) and (problems := type_problems(obj))
+        }
     return state["unfit"]
 
 
@@ -449,22 +529,33 @@ def _read(path: Path, warn: bool = True, lock: bool = False, check: bool = False
 
 def _warn_skipped(path: Path, bad: list[tuple[int, str]], stacklevel: int = 3) -> None:
     if bad:
-        where = "; ".join(f"{path}:{n}: {why}" for n, why in bad[:10]) + (" ..." if len(bad) > 10 else "")
-        warnings.warn(f"skipped {len(bad)} torn or invalid line(s) in the results store: {where}",
-                      stacklevel=stacklevel)
+        where = "; ".join(f"{path}:{n}: {why}" for n, why in bad[:10]) + (
+            " ..." if len(bad) > 10 else ""
+        )
+        warnings.warn(
+            f"skipped {len(bad)} torn or invalid line(s) in the results store: {where}",
+            stacklevel=stacklevel,
+        )
 
 
 def _read_strict(path: Path) -> list[dict]:
     """Every record of a file to import, or ImportRefused listing file:line and what is wrong."""
     from megalab.records.schema import record_problems
+
     try:
         data = _read_all(_open_regular(path, os.O_RDONLY, follow=True))
     except FileNotFoundError:
-        raise ImportRefused(f"{path}: no such file: pass the path of a runs.jsonl or bench.jsonl to import") from None
+        raise ImportRefused(
+            f"{path}: no such file: pass the path of a runs.jsonl or bench.jsonl to import"
+        ) from None
     except StoreUnusable as exc:
-        raise ImportRefused(f"{str(exc).split(': move it away')[0]}: pass a JSON Lines file") from None
+        raise ImportRefused(
+            f"{str(exc).split(': move it away')[0]}: pass a JSON Lines file"
+        ) from None
     except OSError as exc:
-        raise ImportRefused(f"{path}: cannot be read ({exc.strerror}): pass a JSON Lines file") from None
+        raise ImportRefused(
+            f"{path}: cannot be read ({exc.strerror}): pass a JSON Lines file"
+        ) from None
     out, reasons = [], []
     for n, obj, error in _lines(data):
         if error:

@@ -7,34 +7,36 @@ where Megatron places its process group, and what it must divide.
 
 Megatron Core builds its groups from one rank order, `parallel_state.initialize_model_parallel(...,
 order="tp-cp-ep-dp-pp")`: neighbouring ranks share the first axis (TP, the chattiest, stays inside a
-node), PP is the outermost. The expert groups reuse that order with ETP in TP's place (`tp-ep-dp-pp`).
-`group` is an axis's place in that order; vpp has none (it splits a pipeline rank's layers, it makes
-no group of its own).
+node), PP is the outermost. The expert groups reuse that order with ETP in TP's place
+(`tp-ep-dp-pp`). `group` is an axis's place in that order; vpp has none (it splits a pipeline rank's
+layers, it makes no group of its own).
 
 Who reads the table: `RunConfig` (dp, the layout's product), `layout_rules` (the positive sizes),
 the trainer (`train.wiring.megatron_configs`: the Megatron Core arguments), `peer` (Megatron-LM's
-flags), `records.schema` (the table's columns), `predict.search` (the axes it varies) and `book.widgets`
-(the planner's drop-downs); tests/test_axes.py holds the trainer and the peer to this table.
+flags), `records.schema` (the table's columns), `predict.search` (the axes it varies) and
+`book.widgets` (the planner's drop-downs); tests/test_axes.py holds the trainer and the peer to this
+table.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-GROUP_ORDER = ("tp", "cp", "ep", "dp", "pp")   # Megatron Core's default `order`, innermost first
+GROUP_ORDER = ("tp", "cp", "ep", "dp", "pp")  # Megatron Core's default `order`, innermost first
 
 
 @dataclass(frozen=True)
 class Axis:
     """One parallel axis. `flag` is None where Megatron-LM derives it (dp = world / (tp*pp*cp))."""
 
-    short: str            # RunConfig's field (dp: a property)
-    name: str             # in words, as the book says it
-    mcore: str | None     # the ModelParallelConfig argument (Megatron Core 0.16.1)
-    flag: str | None      # pretrain_gpt.py's flag (Megatron-LM)
-    divides: str          # what its size must divide, as layout_rules checks it
-    always: bool = True   # the flag is passed even at size 1 (vpp's only above 1: Megatron wants None)
-    moe: bool = False     # only a mixture-of-experts model uses it
+    short: str  # RunConfig's field (dp: a property)
+    name: str  # in words, as the book says it
+    mcore: str | None  # the ModelParallelConfig argument (Megatron Core 0.16.1)
+    flag: str | None  # pretrain_gpt.py's flag (Megatron-LM)
+    divides: str  # what its size must divide, as layout_rules checks it
+    # the flag is passed even at size 1 (vpp's only above 1: Megatron wants None)
+    always: bool = True
+    moe: bool = False  # only a mixture-of-experts model uses it
 
     @property
     def group(self) -> int | None:
@@ -43,24 +45,56 @@ class Axis:
 
 
 AXES = (
-    Axis("tp", "tensor parallelism", "tensor_model_parallel_size", "--tensor-model-parallel-size",
-         "heads, query groups (or a multiple of them), ffn and vocab"),
-    Axis("pp", "pipeline parallelism", "pipeline_model_parallel_size", "--pipeline-model-parallel-size",
-         "layers (with vpp: layers / vpp)"),
-    Axis("vpp", "virtual pipeline (interleaved) chunks", "virtual_pipeline_model_parallel_size",
-         "--num-virtual-stages-per-pipeline-rank", "layers / pp; the micro-batches are a multiple of pp",
-         always=False),
-    Axis("cp", "context parallelism", "context_parallel_size", "--context-parallel-size",
-         "seq / 2 (the sequence is cut into 2*cp chunks)"),
-    Axis("ep", "expert parallelism", "expert_model_parallel_size", "--expert-model-parallel-size",
-         "experts; gpus / (etp*pp)", moe=True),
-    Axis("etp", "tensor parallelism inside each expert", "expert_tensor_parallel_size",
-         "--expert-tensor-parallel-size", "moe_ffn; gpus / (ep*pp)", moe=True),
+    Axis(
+        "tp",
+        "tensor parallelism",
+        "tensor_model_parallel_size",
+        "--tensor-model-parallel-size",
+        "heads, query groups (or a multiple of them), ffn and vocab",
+    ),
+    Axis(
+        "pp",
+        "pipeline parallelism",
+        "pipeline_model_parallel_size",
+        "--pipeline-model-parallel-size",
+        "layers (with vpp: layers / vpp)",
+    ),
+    Axis(
+        "vpp",
+        "virtual pipeline (interleaved) chunks",
+        "virtual_pipeline_model_parallel_size",
+        "--num-virtual-stages-per-pipeline-rank",
+        "layers / pp; the micro-batches are a multiple of pp",
+        always=False,
+    ),
+    Axis(
+        "cp",
+        "context parallelism",
+        "context_parallel_size",
+        "--context-parallel-size",
+        "seq / 2 (the sequence is cut into 2*cp chunks)",
+    ),
+    Axis(
+        "ep",
+        "expert parallelism",
+        "expert_model_parallel_size",
+        "--expert-model-parallel-size",
+        "experts; gpus / (etp*pp)",
+        moe=True,
+    ),
+    Axis(
+        "etp",
+        "tensor parallelism inside each expert",
+        "expert_tensor_parallel_size",
+        "--expert-tensor-parallel-size",
+        "moe_ffn; gpus / (ep*pp)",
+        moe=True,
+    ),
     Axis("dp", "data parallelism", None, None, "gbs / mbs (what is left of gpus / (tp*pp*cp))"),
 )
-SHORT = tuple(a.short for a in AXES)                  # the order of the label, tables and columns
-SIZES = tuple(a.short for a in AXES if a.mcore)       # the sizes a RunConfig sets (dp is derived)
-MODEL_PARALLEL = ("tp", "pp", "cp")                   # gpus = tp*pp*cp*dp
+SHORT = tuple(a.short for a in AXES)  # the order of the label, tables and columns
+SIZES = tuple(a.short for a in AXES if a.mcore)  # the sizes a RunConfig sets (dp is derived)
+MODEL_PARALLEL = ("tp", "pp", "cp")  # gpus = tp*pp*cp*dp
 
 
 def axis(short: str) -> Axis:

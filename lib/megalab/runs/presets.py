@@ -1,6 +1,7 @@
 """Named model shapes as RunConfigs (the table, with its citations, is megalab.runs.shapes).
 
-A preset fixes the model fields of a RunConfig; the layout (gpus, tp, pp, ...) stays at its defaults:
+A preset fixes the model fields of a RunConfig; the layout (gpus, tp, pp, ...) stays at its
+defaults:
 
     cfg = presets.get("gpt-1.2b").replace(gpus=2, tp=2, mbs=4, gbs=16)
 """

@@ -20,31 +20,92 @@
 
 from __future__ import annotations
 
-from megalab.theory.activations import (activation_bytes_per_layer, activation_terms, attention_kind,
-                                        bytes_per_score, held_activation_bytes)
+from megalab.theory.activations import (
+    activation_bytes_per_layer,
+    activation_terms,
+    attention_kind,
+    bytes_per_score,
+    held_activation_bytes,
+)
 from megalab.theory.collectives import bus_factor, comm_time_s
 from megalab.theory.comm import comm_bytes_per_step
-from megalab.theory.context import (attention_flops_share, causal_imbalance, causal_work, chunks_of_rank,
-                                    ring_step)
+from megalab.theory.context import (
+    attention_flops_share,
+    causal_imbalance,
+    causal_work,
+    chunks_of_rank,
+    ring_step,
+)
 from megalab.theory.flops import flops_per_step, hardware_flops, mfu, model_flops, tflops_per_gpu
 from megalab.theory.footprint import memory, memory_per_stage, model_state_bytes, zero_memory
 from megalab.theory.moe import active_fraction, dispatch_bytes
-from megalab.theory.parameters import (has_bias, layer_params, layout, layout_words, params, params_per_rank, params_per_stage,
-                                   stage_params)
-from megalab.theory.pipeline import (bubble_fraction, bubble_over_ideal, bubble_over_step, layers_in_flight,
-                                     schedule, schedule_bubble, stage_order)
+from megalab.theory.parameters import (
+    has_bias,
+    layer_params,
+    layout,
+    layout_words,
+    params,
+    params_per_rank,
+    params_per_stage,
+    stage_params,
+)
+from megalab.theory.pipeline import (
+    bubble_fraction,
+    bubble_over_ideal,
+    bubble_over_step,
+    layers_in_flight,
+    schedule,
+    schedule_bubble,
+    stage_order,
+)
 from megalab.theory.step_time import comm_by_axis_s, step_time_estimate
 from megalab.theory.stage_step import best_microbatches, pipeline_step_from_stage
 
 __all__ = [
-    "has_bias", "layout", "layout_words", "params", "layer_params", "stage_params", "params_per_stage", "params_per_rank",
-    "flops_per_step", "model_flops", "hardware_flops", "tflops_per_gpu", "mfu",
-    "activation_bytes_per_layer", "activation_terms", "attention_kind", "bytes_per_score", "held_activation_bytes",
-    "memory", "model_state_bytes", "zero_memory", "bus_factor", "comm_bytes_per_step", "comm_time_s",
-    "bubble_fraction", "bubble_over_ideal", "bubble_over_step", "memory_per_stage", "schedule", "schedule_bubble",
-    "stage_order", "layers_in_flight", "active_fraction", "dispatch_bytes", "comm_by_axis_s", "step_time_estimate", "plan",
-    "pipeline_step_from_stage", "best_microbatches",
-    "chunks_of_rank", "causal_work", "causal_imbalance", "attention_flops_share", "ring_step",
+    "has_bias",
+    "layout",
+    "layout_words",
+    "params",
+    "layer_params",
+    "stage_params",
+    "params_per_stage",
+    "params_per_rank",
+    "flops_per_step",
+    "model_flops",
+    "hardware_flops",
+    "tflops_per_gpu",
+    "mfu",
+    "activation_bytes_per_layer",
+    "activation_terms",
+    "attention_kind",
+    "bytes_per_score",
+    "held_activation_bytes",
+    "memory",
+    "model_state_bytes",
+    "zero_memory",
+    "bus_factor",
+    "comm_bytes_per_step",
+    "comm_time_s",
+    "bubble_fraction",
+    "bubble_over_ideal",
+    "bubble_over_step",
+    "memory_per_stage",
+    "schedule",
+    "schedule_bubble",
+    "stage_order",
+    "layers_in_flight",
+    "active_fraction",
+    "dispatch_bytes",
+    "comm_by_axis_s",
+    "step_time_estimate",
+    "plan",
+    "pipeline_step_from_stage",
+    "best_microbatches",
+    "chunks_of_rank",
+    "causal_work",
+    "causal_imbalance",
+    "attention_flops_share",
+    "ring_step",
 ]
 
 

@@ -1,4 +1,5 @@
-"""What one collective costs: bytes each GPU sends with ring algorithms, and the time at a bus bandwidth.
+"""What one collective costs: bytes each GPU sends with ring algorithms, and the time at a bus
+bandwidth.
 
 An all-reduce of S bytes over n GPUs sends 2(n−1)/n·S, an all-gather or reduce-scatter (n−1)/n·S
 (S = the full, gathered size), an all-to-all (n−1)/n of the local buffer. Dividing by NCCL-tests'
@@ -11,8 +12,9 @@ __all__ = ["bus_factor", "allreduce_bytes", "gather_bytes", "comm_time_s"]
 
 
 def bus_factor(op: str, n: int) -> float:
-    """Bytes each of n ranks moves per byte of the collective's size, for ring algorithms (nccl-tests'
-    busbw factor): 2(n-1)/n for all-reduce, (n-1)/n for all-gather, reduce-scatter and all-to-all."""
+    """Bytes each of n ranks moves per byte of the collective's size, for ring algorithms
+    (nccl-tests' busbw factor): 2(n-1)/n for all-reduce, (n-1)/n for all-gather, reduce-scatter and
+    all-to-all."""
     return (2 if op == "all_reduce" else 1) * (n - 1) / n
 
 

@@ -14,7 +14,8 @@ from megalab.theory.parameters import stage_params
 __all__ = ["comm_bytes_per_step"]
 
 ACT_BYTES = 2  # bf16 activations on the wire
-SP_REGATHERS = 2  # SP: all-gathers per layer that the backward pass repeats (QKV's and the MLP's inputs)
+# SP: all-gathers per layer that the backward pass repeats (QKV's and the MLP's inputs)
+SP_REGATHERS = 2
 
 
 def _dp(cfg) -> float:
@@ -78,7 +79,12 @@ def comm_bytes_per_step(cfg) -> dict:
     fwd = 2 if cfg.recompute == "full" else 1  # forward passes over each layer
     sp = cfg.tp if cfg.sp else 1
     out = {
-        "tp": (2 * (fwd + 1) * allreduce_bytes(cfg.tp, act) + SP_REGATHERS * gather_bytes(cfg.tp, act) * cfg.sp) * L * m,
+        "tp": (
+            2 * (fwd + 1) * allreduce_bytes(cfg.tp, act)
+            + SP_REGATHERS * gather_bytes(cfg.tp, act) * cfg.sp
+        )
+        * L
+        * m,
         "dp": _dp(cfg),
         "cp": _cp(cfg, fwd) * L * m,
         "pp": 2 * act / sp * m * cfg.vpp if cfg.pp > 1 else 0.0,

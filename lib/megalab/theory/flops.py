@@ -38,9 +38,14 @@ def flops_per_step(cfg, recompute: str | None = None, causal: bool = True) -> fl
     total = tokens * 3 * (cfg.layers * layer + 2 * h * cfg.vocab)
     if recompute == "full":
         total += tokens * cfg.layers * layer
-    elif recompute == "selective":  # cfg.recompute_modules: the core attention, and the dense MLP if named
+    # cfg.recompute_modules: the core attention, and the dense MLP if named
+    elif recompute == "selective":
         mods = cfg.recompute_module_names
-        total += tokens * cfg.layers * (core * ("core_attn" in mods) + mlp * ("mlp" in mods and not cfg.experts))
+        total += (
+            tokens
+            * cfg.layers
+            * (core * ("core_attn" in mods) + mlp * ("mlp" in mods and not cfg.experts))
+        )
     elif recompute not in (None, "none"):
         raise ValueError(f"recompute={recompute!r}: use None, 'none', 'selective' or 'full'")
     return float(total)
@@ -62,10 +67,12 @@ def spec(gpu) -> GpuSpec:
 
 
 def tflops_per_gpu(cfg, step_time_s: float) -> float:
-    """Achieved model TFLOP/s per GPU: flops_per_step / step_time / gpus / 1e12 (the contract's rule)."""
+    """Achieved model TFLOP/s per GPU: flops_per_step / step_time / gpus / 1e12 (the contract's
+    rule)."""
     return model_flops(cfg) / step_time_s / cfg.gpus / 1e12
 
 
 def mfu(cfg, step_time_s: float, gpu="H200") -> float:
-    """Model FLOPs utilisation: achieved model FLOP/s per GPU over the dense BF16 peak (even with fp8)."""
+    """Model FLOPs utilisation: achieved model FLOP/s per GPU over the dense BF16 peak (even with
+    fp8)."""
     return tflops_per_gpu(cfg, step_time_s) / spec(gpu).peak_bf16_tflops

@@ -47,9 +47,15 @@ def memory(cfg, gpu=None, attention: str | None = None) -> dict:
     for stage in range(cfg.pp):
         w, g, o = model_state_bytes(cfg, stage)
         act = held_activation_bytes(cfg, stage, attention)
-        row = {"weights": w / GIB, "grads": g / GIB, "optimizer": o / GIB, "activations": act / GIB,
-               "total": (w + g + o + act) / GIB, "stage": stage,
-               "attention": attention or attention_kind(cfg)}
+        row = {
+            "weights": w / GIB,
+            "grads": g / GIB,
+            "optimizer": o / GIB,
+            "activations": act / GIB,
+            "total": (w + g + o + act) / GIB,
+            "stage": stage,
+            "attention": attention or attention_kind(cfg),
+        }
         if best is None or row["total"] > best["total"]:
             best = row
     if gpu is not None:
@@ -64,26 +70,39 @@ def zero_memory(params: float, dp: int, stage: int, k: float = 12) -> float:
     stage 0 (2+2+k)Ψ; 1 (P_os) (2+2)Ψ + kΨ/Nd; 2 (P_os+g) 2Ψ + (2+k)Ψ/Nd; 3 (P_os+g+p) (2+2+k)Ψ/Nd.
     """
     psi, nd = params, dp
-    per_stage = {0: (4 + k) * psi, 1: 4 * psi + k * psi / nd, 2: 2 * psi + (2 + k) * psi / nd,
-                 3: (4 + k) * psi / nd}
+    per_stage = {
+        0: (4 + k) * psi,
+        1: 4 * psi + k * psi / nd,
+        2: 2 * psi + (2 + k) * psi / nd,
+        3: (4 + k) * psi / nd,
+    }
     if stage not in per_stage:
         raise ValueError(f"ZeRO stage={stage}: use 0, 1, 2 or 3")
     return per_stage[stage]
 
 
 def memory_per_stage(cfg) -> list[dict]:
-    """Predicted GiB on one GPU of each pipeline stage, by kind (theory.memory reports only the largest).
+    """Predicted GiB on one GPU of each pipeline stage, by kind (theory.memory reports only the
+    largest).
 
-    Model state from `footprint.model_state_bytes` (the embedding on the first stage, the output layer
-    on the last), activations from `activations.held_activation_bytes` (the first stage holds the most
-    micro-batches in flight).
+    Model state from `footprint.model_state_bytes` (the embedding on the first stage, the output
+    layer on the last), activations from `activations.held_activation_bytes` (the first stage holds
+    the most micro-batches in flight).
     """
 
     rows = []
     for stage in range(cfg.pp):
         w, g, o = model_state_bytes(cfg, stage)
         act = held_activation_bytes(cfg, stage)
-        rows.append({"stage": stage, "weights": w / GIB, "grads": g / GIB, "optimizer": o / GIB,
-                     "activations": act / GIB, "total": (w + g + o + act) / GIB,
-                     "layers_in_flight": layers_in_flight(cfg, stage)})
+        rows.append(
+            {
+                "stage": stage,
+                "weights": w / GIB,
+                "grads": g / GIB,
+                "optimizer": o / GIB,
+                "activations": act / GIB,
+                "total": (w + g + o + act) / GIB,
+                "layers_in_flight": layers_in_flight(cfg, stage),
+            }
+        )
     return rows

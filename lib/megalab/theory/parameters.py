@@ -7,11 +7,21 @@ that rank for the model the trainer builds.
 
 from __future__ import annotations
 
-__all__ = ["has_bias", "layout", "params", "layer_params", "router_params", "stage_params", "params_per_stage", "params_per_rank"]
+__all__ = [
+    "has_bias",
+    "layout",
+    "params",
+    "layer_params",
+    "router_params",
+    "stage_params",
+    "params_per_stage",
+    "params_per_rank",
+]
 
 
 def has_bias(cfg) -> bool:
-    """Linear layers carry biases in GPT-style models (LayerNorm), not in Llama-style ones (RMSNorm).
+    """Linear layers carry biases in GPT-style models (LayerNorm), not in Llama-style ones
+    (RMSNorm).
 
     This is our rule (Megatron's `add_bias_linear`, default True): the trainer passes
     `add_bias_linear=theory.has_bias(cfg)` so that counts here and there agree.
@@ -31,10 +41,13 @@ def layout(cfg) -> str:
 
 
 def layout_words(cfg, alone: str | None = None) -> str:
-    """The layout as the book's prose names it, its parallel axes above 1: 'TP 2 + SP × PP 2 × VPP 3 × CP 2 × EP 2';
-    `alone` where none is (default 'DP n')."""
-    axes = [f"{a.upper()} {getattr(cfg, a)}" + " + SP" * (a == "tp" and cfg.sp)
-            for a in ("tp", "pp", "vpp", "cp", "ep") if getattr(cfg, a) > 1]
+    """The layout as the book's prose names it, its parallel axes above 1: 'TP 2 + SP × PP 2 × VPP 3
+    × CP 2 × EP 2'; `alone` where none is (default 'DP n')."""
+    axes = [
+        f"{a.upper()} {getattr(cfg, a)}" + " + SP" * (a == "tp" and cfg.sp)
+        for a in ("tp", "pp", "vpp", "cp", "ep")
+        if getattr(cfg, a) > 1
+    ]
     return " × ".join(axes) or (f"DP {cfg.dp}" if alone is None else alone)
 
 
@@ -44,7 +57,8 @@ def glu(cfg) -> int:
 
 
 def _norm(cfg) -> int:
-    return cfg.hidden * (2 if cfg.norm == "LayerNorm" else 1)  # LayerNorm: weight+bias; RMSNorm: weight
+    # LayerNorm: weight+bias; RMSNorm: weight
+    return cfg.hidden * (2 if cfg.norm == "LayerNorm" else 1)
 
 
 def mlp_params(cfg, ffn: int, t: int) -> int:
@@ -71,7 +85,10 @@ def layer_params(cfg, tp: int = 1, ep: int = 1, etp: int = 1) -> dict:
     if cfg.experts == 0:
         parts.update(mlp=mlp_params(cfg, cfg.ffn_size, tp), experts=0)
     else:  # experts.py: experts/ep local experts, each an MLP split over etp
-        parts.update(mlp=router_params(cfg), experts=cfg.experts // ep * mlp_params(cfg, cfg.moe_ffn_size, etp))
+        parts.update(
+            mlp=router_params(cfg),
+            experts=cfg.experts // ep * mlp_params(cfg, cfg.moe_ffn_size, etp),
+        )
     return parts
 
 
@@ -97,7 +114,9 @@ def params(cfg) -> dict:
     }
     out["total"] = sum(out.values())
     per_expert = lay["experts"] // cfg.experts if cfg.experts else 0
-    out["active"] = out["total"] - L * per_expert * (cfg.experts - cfg.topk) if cfg.experts else out["total"]
+    out["active"] = (
+        out["total"] - L * per_expert * (cfg.experts - cfg.topk) if cfg.experts else out["total"]
+    )
     return out
 
 
@@ -118,7 +137,8 @@ def stage_params(cfg, stage: int) -> tuple[int, int]:
 
 
 def params_per_stage(cfg) -> list[int]:
-    """Parameters on one GPU of each pipeline stage (all TP/CP/DP/EP ranks of a stage hold as many)."""
+    """Parameters on one GPU of each pipeline stage (all TP/CP/DP/EP ranks of a stage hold as
+    many)."""
     return [sum(stage_params(cfg, i)) for i in range(cfg.pp)]
 
 

@@ -1,4 +1,5 @@
-"""The pipeline schedule: the bubble, how many micro-batches each stage holds, and the schedule itself.
+"""The pipeline schedule: the bubble, how many micro-batches each stage holds, and the schedule
+itself.
 
 Narayanan et al. 2021, §2.2.1 (1F1B) and §2.2.2 (interleaved schedule); Megatron Core 0.16.1
 pipeline_parallel/schedules.py for the warm-up counts and the order of micro-batches and chunks.
@@ -6,16 +7,24 @@ pipeline_parallel/schedules.py for the warm-up counts and the order of micro-bat
 
 from __future__ import annotations
 
-__all__ = ["bubble_fraction", "bubble_over_ideal", "bubble_over_step", "layers_in_flight",
-           "schedule", "schedule_bubble", "stage_order"]
+__all__ = [
+    "bubble_fraction",
+    "bubble_over_ideal",
+    "bubble_over_step",
+    "layers_in_flight",
+    "schedule",
+    "schedule_bubble",
+    "stage_order",
+]
 
 
 def bubble_over_ideal(p: int, m: int, v: int = 1) -> float:
-    """Pipeline bubble over the ideal step (the time without bubble): (p−1)/m, interleaved (p−1)/(v·m).
+    """Pipeline bubble over the ideal step (the time without bubble): (p−1)/m, interleaved
+    (p−1)/(v·m).
 
-    Narayanan et al. 2021 §2.2.1 and §2.2.2: with per-micro-batch forward and backward times t_f, t_b
-    per stage, the bubble is (p−1)·(t_f + t_b) against m·(t_f + t_b) of useful work; v chunks per
-    GPU shrink each bubble slot v times. It exceeds 1 when m < p−1.
+    Narayanan et al. 2021 §2.2.1 and §2.2.2: with per-micro-batch forward and backward times t_f,
+    t_b per stage, the bubble is (p−1)·(t_f + t_b) against m·(t_f + t_b) of useful work; v chunks
+    per GPU shrink each bubble slot v times. It exceeds 1 when m < p−1.
     """
     return (p - 1) / (v * max(1, m))
 
@@ -50,10 +59,12 @@ def layers_in_flight(cfg, stage: int = 0) -> float:
     return min(2 * (pp - stage - 1) + (v - 1) * pp + 1, m * v) * L / (pp * v)
 
 
-# -- the schedule itself -----------------------------------------------------------------------------
+# -- the schedule itself
+# -----------------------------------------------------------------------------
 def _chunk_table(m: int, v: int, group: int) -> list[tuple[int, int]]:
-    """(micro-batch, chunk) of each forward in order: MC 0.16.1 `get_schedule_table`, micro-batches in
-    groups of `group` (microbatch_group_size_per_vp_stage, default pp), each group through every chunk."""
+    """(micro-batch, chunk) of each forward in order: MC 0.16.1 `get_schedule_table`, micro-batches
+    in groups of `group` (microbatch_group_size_per_vp_stage, default pp), each group through every
+    chunk."""
     table = []
     for first in range(0, m, group):
         last = m if first + group >= m else first + group
@@ -62,13 +73,14 @@ def _chunk_table(m: int, v: int, group: int) -> list[tuple[int, int]]:
 
 
 def stage_order(p: int, m: int, v: int, stage: int) -> list[tuple[str, int, int]]:
-    """The order in which pipeline stage `stage` runs its passes: [("F" or "B", micro-batch, chunk)].
+    """The order in which pipeline stage `stage` runs its passes: [("F" or "B", micro-batch,
+    chunk)].
 
     1F1B (v = 1; MC 0.16.1 `forward_backward_pipelining_without_interleaving`): min(p−stage−1, m)
     forwards to warm up, then one forward and one backward in turn, then the remaining backwards.
     Interleaved (v > 1; `forward_backward_pipelining_with_interleaving`): the forwards follow the
-    schedule table (micro-batches in groups of p, each group through chunks 0..v−1), the backwards the
-    same table with the chunks reversed; 2(p−stage−1) + (v−1)·p forwards warm up, capped at m·v.
+    schedule table (micro-batches in groups of p, each group through chunks 0..v−1), the backwards
+    the same table with the chunks reversed; 2(p−stage−1) + (v−1)·p forwards warm up, capped at m·v.
     """
     if v == 1:
         warm = min(p - stage - 1, m)
@@ -76,7 +88,9 @@ def stage_order(p: int, m: int, v: int, stage: int) -> list[tuple[str, int, int]
         bwd = [("B", i, 0) for i in range(m)]
     else:
         if m % p:
-            raise ValueError(f"m={m}: the interleaved schedule needs the micro-batches divisible by p={p}")
+            raise ValueError(
+                f"m={m}: the interleaved schedule needs the micro-batches divisible by p={p}"
+            )
         table = _chunk_table(m, v, p)
         warm = min(2 * (p - stage - 1) + (v - 1) * p, m * v)
         fwd = [("F", mb, c) for mb, c in table]
@@ -84,7 +98,7 @@ def stage_order(p: int, m: int, v: int, stage: int) -> list[tuple[str, int, int]
     order = fwd[:warm]
     for k in range(len(fwd) - warm):
         order += [fwd[warm + k], bwd[k]]
-    return order + bwd[len(fwd) - warm:]
+    return order + bwd[len(fwd) - warm :]
 
 
 def schedule(p: int, m: int, v: int = 1, tf: float = 1.0, tb: float = 2.0) -> list[dict]:
@@ -94,15 +108,15 @@ def schedule(p: int, m: int, v: int = 1, tf: float = 1.0, tb: float = 2.0) -> li
     p stages, m micro-batches, v model chunks per stage (v = 1: 1F1B, v > 1: interleaved 1F1B); `tf`
     and `tb` are the forward and backward time of one micro-batch through one chunk (L/(p·v) layers;
     Narayanan et al. 2021 take t_b = 2·t_f). Ideal: sends and receives take no time and every chunk
-    costs the same; a pass starts as soon as its stage is free and its input has arrived (the forward
-    of the previous virtual stage, chunk c on stage p−1 feeding chunk c+1 on stage 0; the backward of
-    the next one, the last virtual stage's backward after its own forward). Returns dicts with
-    stage, microbatch, chunk, kind ("F" or "B"), start and end, sorted by start.
+    costs the same; a pass starts as soon as its stage is free and its input has arrived (the
+    forward of the previous virtual stage, chunk c on stage p−1 feeding chunk c+1 on stage 0; the
+    backward of the next one, the last virtual stage's backward after its own forward). Returns
+    dicts with stage, microbatch, chunk, kind ("F" or "B"), start and end, sorted by start.
     """
     if p < 1 or m < 1 or v < 1:
         raise ValueError(f"p={p}, m={m}, v={v}: each must be at least 1")
     orders = [stage_order(p, m, v, s) for s in range(p)]
-    last = p * v - 1                     # virtual stage c·p + s runs chunk c on stage s
+    last = p * v - 1  # virtual stage c·p + s runs chunk c on stage s
     done: dict[tuple[str, int, int], float] = {}
     free, nxt, tasks = [0.0] * p, [0] * p, []
     while len(tasks) < 2 * m * v * p:
@@ -111,18 +125,31 @@ def schedule(p: int, m: int, v: int = 1, tf: float = 1.0, tb: float = 2.0) -> li
             while nxt[s] < len(orders[s]):
                 kind, mb, c = orders[s][nxt[s]]
                 vs = c * p + s
-                need = (("F", mb, vs - 1) if vs > 0 else None) if kind == "F" else \
-                       (("B", mb, vs + 1) if vs < last else ("F", mb, vs))
+                need = (
+                    (("F", mb, vs - 1) if vs > 0 else None)
+                    if kind == "F"
+                    else (("B", mb, vs + 1) if vs < last else ("F", mb, vs))
+                )
                 if need is not None and need not in done:
-                    break                # its input is not computed yet: another stage goes first
+                    break  # its input is not computed yet: another stage goes first
                 start = max(free[s], done.get(need, 0.0))
                 end = start + (tf if kind == "F" else tb)
                 done[(kind, mb, vs)] = free[s] = end
-                tasks.append({"stage": s, "microbatch": mb, "chunk": c, "kind": kind, "start": start, "end": end})
+                tasks.append(
+                    {
+                        "stage": s,
+                        "microbatch": mb,
+                        "chunk": c,
+                        "kind": kind,
+                        "start": start,
+                        "end": end,
+                    }
+                )
                 nxt[s] += 1
                 progressed = True
         if not progressed:
-            raise RuntimeError(f"the schedule deadlocks (p={p}, m={m}, v={v})")  # never for Megatron's orders
+            # never for Megatron's orders
+            raise RuntimeError(f"the schedule deadlocks (p={p}, m={m}, v={v})")
     return sorted(tasks, key=lambda t: (t["start"], t["stage"]))
 
 

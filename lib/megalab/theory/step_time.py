@@ -1,4 +1,5 @@
-"""A roofline step time: compute at a matmul rate, plus the pipeline bubble, plus exposed communication.
+"""A roofline step time: compute at a matmul rate, plus the pipeline bubble, plus exposed
+communication.
 
 A lower bound for the planner, not a promise: chapter 07 calibrates it against the book's records.
 """
@@ -14,20 +15,26 @@ __all__ = ["comm_by_axis_s", "step_time_estimate"]
 
 
 def _hidden(cfg, axis: str) -> bool:
-    """Is this axis's traffic overlapped with compute? Only the data-parallel reduction, when cfg.overlap."""
+    """Is this axis's traffic overlapped with compute? Only the data-parallel reduction, when
+    cfg.overlap."""
     return axis == "dp" and cfg.overlap
 
 
 def comm_by_axis_s(cfg, gpu="H200", bus_bw: float | None = None) -> dict[str, float]:
-    """Exposed communication seconds per axis (tp, dp, cp, pp, ep) as step_time_estimate counts them: bytes
-    per GPU at `bus_bw` (default: NVLink per direction); 0 for the overlapped data-parallel reduction."""
+    """Exposed communication seconds per axis (tp, dp, cp, pp, ep) as step_time_estimate counts
+    them: bytes per GPU at `bus_bw` (default: NVLink per direction); 0 for the overlapped
+    data-parallel reduction."""
     bus = bus_bw or spec(gpu).nvlink_gbs
-    return {k: 0.0 if _hidden(cfg, k) else comm_time_s(v, bus) for k, v in comm_bytes_per_step(cfg).items()
-            if k != "total"}
+    return {
+        k: 0.0 if _hidden(cfg, k) else comm_time_s(v, bus)
+        for k, v in comm_bytes_per_step(cfg).items()
+        if k != "total"
+    }
 
 
-def step_time_estimate(cfg, gpu="H200", matmul_tflops: float | None = None,
-                       bus_bw: float | None = None) -> dict:
+def step_time_estimate(
+    cfg, gpu="H200", matmul_tflops: float | None = None, bus_bw: float | None = None
+) -> dict:
     """Roofline step time in seconds: compute at `matmul_tflops` + bubble + exposed communication.
 
     compute_s = hardware FLOPs / gpus / matmul rate (default: the GPU's dense BF16 peak);
@@ -43,6 +50,12 @@ def step_time_estimate(cfg, gpu="H200", matmul_tflops: float | None = None,
     exposed = sum(v for k, v in volume.items() if k != "total" and not _hidden(cfg, k))
     comm_s = comm_time_s(exposed, bus_bw or gpu.nvlink_gbs)
     total = compute + bubble + comm_s
-    return {"compute_s": compute, "bubble_s": bubble, "comm_s": comm_s, "total_s": total,
-            "tokens_per_s": cfg.gbs * cfg.seq / total, "tflops_per_gpu": tflops_per_gpu(cfg, total),
-            "mfu": mfu(cfg, total, gpu)}
+    return {
+        "compute_s": compute,
+        "bubble_s": bubble,
+        "comm_s": comm_s,
+        "total_s": total,
+        "tokens_per_s": cfg.gbs * cfg.seq / total,
+        "tflops_per_gpu": tflops_per_gpu(cfg, total),
+        "mfu": mfu(cfg, total, gpu),
+    }

@@ -1,4 +1,5 @@
-"""The trainer: `python -m megalab.train ...` or `torchrun ... -m megalab.train ...` (flags: loop.py).
+"""The trainer: `python -m megalab.train ...` or `torchrun ... -m megalab.train ...` (flags:
+loop.py).
 
     loop         the run, read top to bottom: Megatron's building blocks and a ~20-line loop
     wiring       RunConfig -> Megatron Core's config objects, DDP, optimizer (the one long-name mapping)

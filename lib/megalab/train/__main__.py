@@ -1,4 +1,5 @@
 """`python -m megalab.train`: the trainer (megalab.train.loop)."""
+
 from megalab.train.loop import main
 
 if __name__ == "__main__":

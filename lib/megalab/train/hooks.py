@@ -1,12 +1,12 @@
 """The Probe protocol: the points of the loop where a measurement may act (megalab.train.probes).
 
-    configure(cfg, config)            before the model is built: may change Megatron's TransformerConfig
-    start(run)                        model and optimizer built, before step 0 (`run`: a Run)
-    before_step(step)                 after zero_grad, right before forward_backward_func (inside the step's time)
-    before_forward(model)             a micro-batch enters forward_step_func (model: the chunk)
-    after_forward(model, output)      the chunk returned (output: per-token losses on the last stage)
-    after_step(step)                  the step's line is out
-    stop()                            after the loop, on every rank
+configure(cfg, config)            before the model is built: may change Megatron's TransformerConfig
+start(run)                        model and optimizer built, before step 0 (`run`: a Run)
+before_step(step)                 after zero_grad, right before forward_backward_func (inside the
+step's time) before_forward(model)             a micro-batch enters forward_step_func (model: the
+chunk) after_forward(model, output)      the chunk returned (output: per-token losses on the last
+stage) after_step(step)                  the step's line is out
+stop()                            after the loop, on every rank
 """
 
 from dataclasses import dataclass
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 @dataclass
 class Run:
     """What a probe may read once the run is built."""
+
     cfg: object
     rank: int
     run_dir: str
@@ -26,6 +27,7 @@ class Run:
 
 class Probe:
     """The hooks the loop calls; a probe overrides the ones it needs."""
+
     def configure(self, cfg, config) -> None: ...
     def start(self, run: Run) -> None: ...
     def before_step(self, step: int) -> None: ...

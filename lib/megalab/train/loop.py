@@ -17,8 +17,8 @@ of the last pipeline stage reaches it in the per-step max-reduction). Errors are
 
 This file is the run: flags, process groups, model, data, loss, loop. Beside it: `wiring` (RunConfig
 -> Megatron's objects), `log` (the lines written), `probes` (optional measurements, hooked into the
-loop), `workarounds` (upstream bugs, patched by one call), `weights` (the layout-invariant init), `parent` (each rank
-dies with its torchrun).
+loop), `workarounds` (upstream bugs, patched by one call), `weights` (the layout-invariant init),
+`parent` (each rank dies with its torchrun).
 
 Every layout trains the same model on the same batches (--init layout_invariant, the default):
 weights drawn per global parameter name (megalab.train.weights), data per global sample number
@@ -39,11 +39,29 @@ from megalab.runs.config import InvalidLayout
 from megalab.runs.flags import add_config_args, config_from_args
 from megalab.train import probes as measure
 from megalab.train import workarounds
-from megalab.train.log import (GIB, all_gather, budget, emit, is_oom, max_over_ranks, emit_nodes, peak_tflops, reduced_loss,
-                               step_line, summary_line, where)
+from megalab.train.log import (
+    GIB,
+    all_gather,
+    budget,
+    emit,
+    is_oom,
+    max_over_ranks,
+    emit_nodes,
+    peak_tflops,
+    reduced_loss,
+    step_line,
+    summary_line,
+    where,
+)
 from megalab.train.parent import die_with_parent
 from megalab.train.weights import init_layout_invariant
-from megalab.train.wiring import build_training, environment, megatron_configs, wire_schedule, with_wgrad_fusion
+from megalab.train.wiring import (
+    build_training,
+    environment,
+    megatron_configs,
+    wire_schedule,
+    with_wgrad_fusion,
+)
 
 _T0 = time.time()  # start-up clock (torch and Megatron load later); $MEGALAB_LAUNCH_T wins if set
 _LAUNCH = float(os.environ.get("MEGALAB_LAUNCH_T", _T0))
@@ -53,9 +71,15 @@ _LAUNCH = float(os.environ.get("MEGALAB_LAUNCH_T", _T0))
 def parse_args(argv=None) -> argparse.Namespace:
     p = add_config_args(argparse.ArgumentParser(description=__doc__.split("\n")[0]))
     p.add_argument("--run-dir", default=None, help="folder for --profile output (default: cwd)")
-    p.add_argument("--dry-run", action="store_true", help="CPU + gloo: build the shards, count, exit")
-    p.add_argument("--profile", action="store_true", help="torch.profiler trace of steps 5-7 (rank 0), and step "
-                   "3's forward and backward passes per pipeline stage (schedule.json)")
+    p.add_argument(
+        "--dry-run", action="store_true", help="CPU + gloo: build the shards, count, exit"
+    )
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="torch.profiler trace of steps 5-7 (rank 0), and step "
+        "3's forward and backward passes per pipeline stage (schedule.json)",
+    )
     return p.parse_args(argv)
 
 
@@ -67,7 +91,10 @@ def checked_config(args):
         cfg = cfg.replace(gpus=world)
     problems = cfg.problems(te_available=importlib.util.find_spec("transformer_engine") is not None)
     if cfg.gpus != world:
-        problems.append(f"gpus={cfg.gpus} but torchrun started {world} processes: pass --nproc_per_node={cfg.gpus}")
+        problems.append(
+            f"gpus={cfg.gpus} but torchrun started {world} processes: pass "
+            f"--nproc_per_node={cfg.gpus}"
+        )
     if problems:
         raise InvalidLayout("\n".join(problems))
     return cfg
@@ -75,7 +102,8 @@ def checked_config(args):
 
 # -- initialize_distributed -----------------------------------------------------------------------
 def initialize_distributed(cfg, parallel: dict, dry_run: bool):
-    """torch.distributed (NCCL on GPU, gloo on CPU) and Megatron's parallel groups; returns the device."""
+    """torch.distributed (NCCL on GPU, gloo on CPU) and Megatron's parallel groups; returns the
+    device."""
     import torch
     from megatron.core import parallel_state as ps
     from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
@@ -86,8 +114,10 @@ def initialize_distributed(cfg, parallel: dict, dry_run: bool):
     else:
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
-        torch.distributed.init_process_group("nccl")  # lazy: each group's NCCL starts at its first collective
-        torch.backends.cuda.matmul.allow_tf32 = True  # fp32 leftovers (router, loss) on tensor cores
+        # lazy: each group's NCCL starts at its first collective
+        torch.distributed.init_process_group("nccl")
+        # fp32 leftovers (router, loss) on tensor cores
+        torch.backends.cuda.matmul.allow_tf32 = True
     ps.initialize_model_parallel(**parallel)  # groups in Megatron's default order tp-cp-ep-dp-pp
     # Megatron-LM's _set_random_seed: a seed per pipeline stage; the tracker forks tp/ep streams
     seed = cfg.seed + 100 * ps.get_pipeline_model_parallel_rank()
@@ -102,23 +132,37 @@ def model_provider(cfg, config, pre_process: bool, post_process: bool, vp_stage)
     """One GPTModel chunk: Transformer Engine layers (impl te) or Megatron's local ones."""
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import (
-        get_gpt_layer_local_spec, get_gpt_layer_with_transformer_engine_spec)
+        get_gpt_layer_local_spec,
+        get_gpt_layer_with_transformer_engine_spec,
+    )
 
     experts = cfg.experts or None
-    if cfg.impl == "te":  # TE reads the norm type from config.normalization; fuses it into the next GEMM
-        spec = get_gpt_layer_with_transformer_engine_spec(experts, moe_grouped_gemm=bool(experts), qk_layernorm=False)
+    # TE reads the norm type from config.normalization; fuses it into the next GEMM
+    if cfg.impl == "te":
+        spec = get_gpt_layer_with_transformer_engine_spec(
+            experts, moe_grouped_gemm=bool(experts), qk_layernorm=False
+        )
     else:
-        spec = get_gpt_layer_local_spec(experts, moe_grouped_gemm=False, qk_layernorm=False, normalization=cfg.norm)
+        spec = get_gpt_layer_local_spec(
+            experts, moe_grouped_gemm=False, qk_layernorm=False, normalization=cfg.norm
+        )
     return GPTModel(
-        config, spec, vocab_size=cfg.vocab, max_sequence_length=cfg.seq,
-        pre_process=pre_process, post_process=post_process, parallel_output=True,
+        config,
+        spec,
+        vocab_size=cfg.vocab,
+        max_sequence_length=cfg.seq,
+        pre_process=pre_process,
+        post_process=post_process,
+        parallel_output=True,
         share_embeddings_and_output_weights=cfg.tied_embeddings,
         position_embedding_type="rope" if cfg.position == "rope" else "learned_absolute",
-        vp_stage=vp_stage)
+        vp_stage=vp_stage,
+    )
 
 
 def build_chunks(cfg, config, dry_run: bool) -> list:
-    """One model chunk per virtual stage, as Megatron-LM's get_model (vp_stage tells each its layers)."""
+    """One model chunk per virtual stage, as Megatron-LM's get_model (vp_stage tells each its
+    layers)."""
     import torch
     from megatron.core import parallel_state as ps
     from megatron.core import tensor_parallel
@@ -139,42 +183,63 @@ def build_chunks(cfg, config, dry_run: bool) -> list:
 
 # -- get_data_iterator ----------------------------------------------------------------------------
 def get_data_iterator(cfg, device, n_chunks: int):
-    """Per model chunk: this dp rank's micro-batches if the chunk embeds tokens or computes the loss, else None."""
+    """Per model chunk: this dp rank's micro-batches if the chunk embeds tokens or computes the
+    loss, else None."""
     from megatron.core import parallel_state as ps
 
     vps = [i if cfg.vpp > 1 else None for i in range(n_chunks)]
-    needs = [ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=v)
-             or ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=v) for v in vps]
+    needs = [
+        ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=v)
+        or ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=v)
+        for v in vps
+    ]
     if cfg.data:
-        source = data.Indexed(cfg.data, cfg, cfg.iters * cfg.gbs, is_built_on_rank=lambda: any(needs))
+        source = data.Indexed(
+            cfg.data, cfg, cfg.iters * cfg.gbs, is_built_on_rank=lambda: any(needs)
+        )
     else:
         source = data.Synthetic(cfg.seed, cfg.vocab, cfg.seq)
-    dp_rank = ps.get_data_parallel_rank()  # replica index among dp (cp ranks of a replica read alike)
+    # replica index among dp (cp ranks of a replica read alike)
+    dp_rank = ps.get_data_parallel_rank()
     its = [data.microbatches(cfg, dp_rank, source, device) if n else None for n in needs]
     return its if cfg.vpp > 1 else its[0]
 
 
 # -- forward_step_func ----------------------------------------------------------------------------
 def loss_func(loss_mask, output_tensor):
-    """Summed token loss, token count, and the pair for logging (pretrain_gpt.py's 3-tuple form). Megatron's
-    schedule divides the sum by the token count and num_microbatches; DDP averages gradients over dp*cp."""
+    """Summed token loss, token count, and the pair for logging (pretrain_gpt.py's 3-tuple form).
+    Megatron's schedule divides the sum by the token count and num_microbatches; DDP averages
+    gradients over dp*cp."""
     import torch
+
     losses = output_tensor.view(-1).float()
     mask = loss_mask.view(-1).float()
     loss = torch.sum(losses * mask)
     num_tokens = mask.sum().clone().detach().to(torch.int)
-    return loss, num_tokens, {"lm loss": torch.cat([loss.clone().detach().view(1), num_tokens.view(1)])}
+    return (
+        loss,
+        num_tokens,
+        {"lm loss": torch.cat([loss.clone().detach().view(1), num_tokens.view(1)])},
+    )
 
 
 def forward_step_func(data_iterator, model, probes=measure.Probe()):
     """Next micro-batch (first/last stage) through the chunk; middle stages take the p2p input."""
     from megatron.core.utils import get_batch_on_this_cp_rank
+
     probes.before_forward(model)
     if data_iterator is None:  # not the last stage: the loss function is never called
         out, loss = model(None, None, None), None
     else:
-        batch = get_batch_on_this_cp_rank(next(data_iterator))  # (b, s/cp): 2 of 2*cp sequence chunks
-        out = model(batch["tokens"], batch["position_ids"], None, labels=batch["labels"], loss_mask=batch["loss_mask"])
+        # (b, s/cp): 2 of 2*cp sequence chunks
+        batch = get_batch_on_this_cp_rank(next(data_iterator))
+        out = model(
+            batch["tokens"],
+            batch["position_ids"],
+            None,
+            labels=batch["labels"],
+            loss_mask=batch["loss_mask"],
+        )
         loss = partial(loss_func, batch["loss_mask"])
     probes.after_forward(model, out)
     return out, loss
@@ -184,7 +249,8 @@ def forward_step_func(data_iterator, model, probes=measure.Probe()):
 def main(argv=None, probes: list | None = None) -> None:
     """Run the trainer; `probes` adds measurements to the trainer's own (megalab.train.probes)."""
     die_with_parent()  # SIGTERM when torchrun dies, even by kill -9: no orphaned rank keeps its GPU
-    faulthandler.enable()  # a crash in native code (SIGSEGV) prints every thread's Python stack to the log
+    # a crash in native code (SIGSEGV) prints every thread's Python stack to the log
+    faulthandler.enable()
     args = parse_args(argv)
     rank = int(os.environ.get("RANK", "0"))
     try:
@@ -196,25 +262,37 @@ def main(argv=None, probes: list | None = None) -> None:
         sys.exit(2)
     if not args.dry_run:  # read when the CUDA context is created and when Transformer Engine loads
         os.environ.update(environment(cfg))
-    if not cfg.compile:  # read when Megatron's import loads torch._dynamo: its jit_fuser ops then run eagerly
+    # read when Megatron's import loads torch._dynamo: its jit_fuser ops then run eagerly
+    if not cfg.compile:
         os.environ["TORCH_COMPILE_DISABLE"] = "1"
     try:
         train(cfg, args, rank, probes or [])
     except Exception as e:
         if not is_oom(e):
             raise
-        # one line per rank, then die at once: peers may hang in NCCL until torchrun kills them; where it
-        # ran out (the innermost frames) says which allocation, when the numbers say it should have fit
-        emit({"kind": "error", "status": "oom", "rank": rank, "error_type": "OutOfMemoryError",
-              "message": str(e)[:500], "where": where(e)})
+        # one line per rank, then die at once: peers may hang in NCCL until torchrun kills them;
+        # where it ran out (the innermost frames) says which allocation, when the numbers say it
+        # should have fit
+        emit(
+            {
+                "kind": "error",
+                "status": "oom",
+                "rank": rank,
+                "error_type": "OutOfMemoryError",
+                "message": str(e)[:500],
+                "where": where(e),
+            }
+        )
         sys.stderr.flush()
         os._exit(1)
 
 
 def train(cfg, args, rank: int, extra_probes: list) -> None:
     since_launch = lambda: round(time.time() - _LAUNCH, 2)  # noqa: E731
-    startup = {"python": round(_T0 - _LAUNCH, 2)}  # where launch-to-first-step goes (seconds since launch)
-    # TE imports JAX, when installed, only to look for its JAX extension: 0.9 s of imports (results/probes/importtime-*)
+    # where launch-to-first-step goes (seconds since launch)
+    startup = {"python": round(_T0 - _LAUNCH, 2)}
+    # TE imports JAX, when installed, only to look for its JAX extension: 0.9 s of imports
+    # (results/probes/importtime-*)
     sys.modules.setdefault("jax", None)
     import torch
 
@@ -228,7 +306,10 @@ def train(cfg, args, rank: int, extra_probes: list) -> None:
     emit_nodes()  # several nodes: node 0 records the run, with each node's machine
     workarounds.apply(cfg, args.dry_run)
     chunks = with_wgrad_fusion(config, lambda: build_chunks(cfg, config, args.dry_run))
-    per_rank = [int(n) for n in all_gather(sum(p.numel() for c in chunks for p in c.parameters()), device, "int64")]
+    per_rank = [
+        int(n)
+        for n in all_gather(sum(p.numel() for c in chunks for p in c.parameters()), device, "int64")
+    ]
     if args.dry_run:
         return dry_run(cfg, chunks, device, per_rank, rank)
 
@@ -242,15 +323,18 @@ def train(cfg, args, rank: int, extra_probes: list) -> None:
     data_iterator = get_data_iterator(cfg, device, len(model))
     from megatron.core.optimizer_param_scheduler import get_canonical_lr_for_logging
     from megatron.core.pipeline_parallel import get_forward_backward_func
+
     forward_backward_func = get_forward_backward_func()  # no pipelining, 1F1B, or interleaved 1F1B
     if rank == 0:
-        emit(budget(cfg, per_rank))  # layout, parameters per rank, tokens per step, predicted memory
+        # layout, parameters per rank, tokens per step, predicted memory
+        emit(budget(cfg, per_rank))
     probes.start(run)
     for m in model:
         m.train()
     startup_s, peak = None, peak_tflops()
     startup["loop"] = since_launch()
-    # -- the loop: zero_grad -> forward_backward_func (ends with finalize_model_grads) -> step -> report
+    # -- the loop: zero_grad -> forward_backward_func (ends with finalize_model_grads) -> step ->
+    # report
     for step in range(cfg.iters):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -259,11 +343,18 @@ def train(cfg, args, rank: int, extra_probes: list) -> None:
         optimizer.zero_grad()
         probes.before_step(step)
         losses = forward_backward_func(
-            forward_step_func=partial(forward_step_func, probes=probes), data_iterator=data_iterator, model=model,
-            num_microbatches=cfg.num_microbatches, seq_length=cfg.seq, micro_batch_size=cfg.mbs,
-            decoder_seq_length=cfg.seq, forward_only=False)
+            forward_step_func=partial(forward_step_func, probes=probes),
+            data_iterator=data_iterator,
+            model=model,
+            num_microbatches=cfg.num_microbatches,
+            seq_length=cfg.seq,
+            micro_batch_size=cfg.mbs,
+            decoder_seq_length=cfg.seq,
+            forward_only=False,
+        )
         lr = get_canonical_lr_for_logging(optimizer.param_groups)
-        _, grad_norm, _ = optimizer.step()  # CPU-GPU sync point inside Megatron: the clip norm's .item()
+        # CPU-GPU sync point inside Megatron: the clip norm's .item()
+        _, grad_norm, _ = optimizer.step()
         scheduler.step(increment=1)
         torch.cuda.synchronize()
         step_time = time.perf_counter() - t0
@@ -271,7 +362,8 @@ def train(cfg, args, rank: int, extra_probes: list) -> None:
             startup_s = time.time() - _LAUNCH
             startup["first_step"] = round(startup_s, 2)
             after_first_step()
-        loss, *mem = max_over_ranks(device, reduced_loss(losses), activations.bytes())  # loss: last stage's
+        # loss: last stage's
+        loss, *mem = max_over_ranks(device, reduced_loss(losses), activations.bytes())
         if rank == 0:
             emit(step_line(cfg, step, loss, grad_norm, lr, step_time, mem, peak))
         probes.after_step(step)
@@ -281,7 +373,8 @@ def train(cfg, args, rank: int, extra_probes: list) -> None:
     reserved = all_gather(torch.cuda.max_memory_reserved() / GIB, device)
     if rank == 0:
         emit(summary_line(cfg, startup_s, startup, alloc, reserved))
-    if cfg.cuda_graphs != "none":  # a graphed run can hang past this point until killed; all is said
+    # a graphed run can hang past this point until killed; all is said
+    if cfg.cuda_graphs != "none":
         sys.stdout.flush(), sys.stderr.flush()
         os._exit(0)
     torch.distributed.barrier()
@@ -292,11 +385,24 @@ def dry_run(cfg, chunks, device, per_rank: list, rank: int) -> None:
     """Count (and, for small models, run the layout-invariant init on CPU), then stop."""
     import torch
     from megatron.core import parallel_state as ps
+
     small = theory.params(cfg)["total"] <= 50_000_000
-    checksum = init_layout_invariant(chunks, cfg, device) if cfg.init == "layout_invariant" and small else None
-    emit({"kind": "params", "rank": rank, "tp_rank": ps.get_tensor_model_parallel_rank(),
-          "pp_rank": ps.get_pipeline_model_parallel_rank(), "ep_rank": ps.get_expert_model_parallel_rank(),
-          "params": sum(p.numel() for c in chunks for p in c.parameters()), "init_checksum": checksum})
+    checksum = (
+        init_layout_invariant(chunks, cfg, device)
+        if cfg.init == "layout_invariant" and small
+        else None
+    )
+    emit(
+        {
+            "kind": "params",
+            "rank": rank,
+            "tp_rank": ps.get_tensor_model_parallel_rank(),
+            "pp_rank": ps.get_pipeline_model_parallel_rank(),
+            "ep_rank": ps.get_expert_model_parallel_rank(),
+            "params": sum(p.numel() for c in chunks for p in c.parameters()),
+            "init_checksum": checksum,
+        }
+    )
     if rank == 0:
         emit(budget(cfg, per_rank))
     torch.distributed.barrier()

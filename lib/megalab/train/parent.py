@@ -1,10 +1,13 @@
-"""Die with the parent: a rank whose torchrun is killed (even with kill -9) must not live on holding its GPU.
+"""Die with the parent: a rank whose torchrun is killed (even with kill -9) must not live on holding
+its GPU.
 
     die_with_parent()   # first thing in a rank's main; also torchrun's preexec_fn in megalab.jobs.launch
 
 Linux only (prctl(2) PR_SET_PDEATHSIG): the kernel sends the signal when the thread that forked this
-process ends. Elsewhere it does nothing and returns False; the launcher's time limit stays the guard.
+process ends. Elsewhere it does nothing and returns False; the launcher's time limit stays the
+guard.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -12,15 +15,16 @@ import os
 import signal
 import sys
 
-PR_SET_PDEATHSIG = 1   # <linux/prctl.h>
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def die_with_parent(sig: int = signal.SIGTERM) -> bool:
-    """Ask the kernel to send `sig` to this process when its parent dies; True where it could (Linux).
+    """Ask the kernel to send `sig` to this process when its parent dies; True where it could
+    (Linux).
 
-    A parent already gone is not noticed by the kernel (its death came before the request), so the parent
-    is read before and after: if it changed, or if torchrun's rank finds itself adopted by init (torchrun is
-    never pid 1), `sig` is sent now."""
+    A parent already gone is not noticed by the kernel (its death came before the request), so the
+    parent is read before and after: if it changed, or if torchrun's rank finds itself adopted by
+    init (torchrun is never pid 1), `sig` is sent now."""
     if not sys.platform.startswith("linux"):
         return False
     parent = os.getppid()
@@ -28,7 +32,7 @@ def die_with_parent(sig: int = signal.SIGTERM) -> bool:
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
             return False
-    except (OSError, AttributeError):   # no C library to call (a static or unusual interpreter)
+    except (OSError, AttributeError):  # no C library to call (a static or unusual interpreter)
         return False
     if os.getppid() != parent or (parent == 1 and "TORCHELASTIC_RUN_ID" in os.environ):
         os.kill(os.getpid(), sig)

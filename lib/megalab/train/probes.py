@@ -2,9 +2,10 @@
 megalab.train.hooks.Probe), each doing nothing unless it overrides the hook.
 
 Every run takes ActivationMemory (its bytes join each step line); `for_run(cfg, profile)` lists the
-others: the stage clock and the profiler window with --profile, router counts on MoE runs, CUDA-graph
-capture with --cuda-graphs te or local. A script adds its own: `loop.main(argv, probes=[MyProbe()])` (tools/gpu/spikes.py). Every probe is an
-instance: a run holds its own state, the module none. torch is imported inside the hooks.
+others: the stage clock and the profiler window with --profile, router counts on MoE runs,
+CUDA-graph capture with --cuda-graphs te or local. A script adds its own: `loop.main(argv,
+probes=[MyProbe()])` (tools/gpu/spikes.py). Every probe is an instance: a run holds its own state,
+the module none. torch is imported inside the hooks.
 """
 
 import json
@@ -14,15 +15,26 @@ import sys
 from megalab.train.hooks import Probe, Probes, Run
 from megalab.train.stage_clock import StageClock
 
-__all__ = ["Probe", "Probes", "Run", "StageClock", "ActivationMemory", "RouterCounts", "ProfilerWindow",
-           "GraphCapture", "for_run", "profile_of", "PROFILE_STEPS"]
+__all__ = [
+    "Probe",
+    "Probes",
+    "Run",
+    "StageClock",
+    "ActivationMemory",
+    "RouterCounts",
+    "ProfilerWindow",
+    "GraphCapture",
+    "for_run",
+    "profile_of",
+    "PROFILE_STEPS",
+]
 
 PROFILE_STEPS = (5, 8)  # profile steps 5, 6, 7
 
 
 def for_run(cfg, profile: bool) -> list[Probe]:
-    """The trainer's optional probes for a run, in the order the loop calls them (after ActivationMemory,
-which every run takes)."""
+    """The trainer's optional probes for a run, in the order the loop calls them (after
+    ActivationMemory, which every run takes)."""
     out = []
     if profile:
         out.append(StageClock())
@@ -37,15 +49,16 @@ which every run takes)."""
 
 # -- activation memory ----------------------------------------------------------------------------
 class ActivationMemory(Probe):
-    """Bytes allocated between the start of a step's first forward pass (its batch on the device) and the
-    loss of that micro-batch, on the rank that computes the loss (pp = 1: every rank). Chapter 03
-    differences two depths. Host-side allocator counters: no sync."""
+    """Bytes allocated between the start of a step's first forward pass (its batch on the device)
+    and the loss of that micro-batch, on the rank that computes the loss (pp = 1: every rank).
+    Chapter 03 differences two depths. Host-side allocator counters: no sync."""
 
     def __init__(self):
         self.marks = {}
 
     def start(self, run: Run) -> None:
         from megatron.core.utils import get_attr_wrapped_model
+
         for m in run.model:
             m.register_forward_pre_hook(self._at_batch)
             if get_attr_wrapped_model(m, "post_process"):
@@ -57,6 +70,7 @@ class ActivationMemory(Probe):
 
     def _mark(self, name: str) -> None:
         import torch
+
         self.marks.setdefault(name, torch.cuda.memory_allocated())
 
     def before_step(self, step: int) -> None:
@@ -67,13 +81,15 @@ class ActivationMemory(Probe):
         return self.marks["loss"] - self.marks["start"] if len(self.marks) == 2 else None
 
 
-# -- routing: the tokens each expert receives, per MoE layer and step ------------------------------------
+# -- routing: the tokens each expert receives, per MoE layer and step
+# ------------------------------------
 class RouterCounts(Probe):
     """Counts, on the GPU and without a sync, the token copies each router sends to each expert (its
-    routing map's column sums), per MoE layer of this rank's model chunks and per step. At the end it sums
-    them over the data-parallel ranks (each routes its own tokens) and rank 0 writes routing.json: per
-    layer, the tokens per expert over the steps the timings keep (metrics.after_warmup), and per step and
-    layer the busiest expert's load over the mean (1.0 is perfectly balanced)."""
+    routing map's column sums), per MoE layer of this rank's model chunks and per step. At the end
+    it sums them over the data-parallel ranks (each routes its own tokens) and rank 0 writes
+    routing.json: per layer, the tokens per expert over the steps the timings keep
+    (metrics.after_warmup), and per step and layer the busiest expert's load over the mean (1.0 is
+    perfectly balanced)."""
 
     def __init__(self):
         self.now, self.steps, self.run = None, [], None
@@ -81,6 +97,7 @@ class RouterCounts(Probe):
     def start(self, run: Run) -> None:
         import torch
         from megatron.core.transformer.moe.router import TopKRouter
+
         self.run = run
         routers = [m for chunk in run.model for m in chunk.modules() if isinstance(m, TopKRouter)]
         self.now = torch.zeros(len(routers), run.cfg.experts, dtype=torch.int64, device="cuda")
@@ -105,24 +122,37 @@ class RouterCounts(Probe):
         import torch
         from megatron.core import parallel_state as ps
         from megalab.metrics import after_warmup
-        if self.now is None or not self.steps or not len(self.now):  # every rank takes the same branch
+
+        # every rank takes the same branch
+        if self.now is None or not self.steps or not len(self.now):
             return
         counts = torch.stack(self.steps)  # steps × layers × experts
-        torch.distributed.all_reduce(counts, group=ps.get_data_parallel_group(with_context_parallel=True))
+        torch.distributed.all_reduce(
+            counts, group=ps.get_data_parallel_group(with_context_parallel=True)
+        )
         if self.run.rank != 0:
             return
-        kept, _ = after_warmup(list(range(len(counts))), step_of=lambda i: i)   # the steps the timings keep
+        # the steps the timings keep
+        kept, _ = after_warmup(list(range(len(counts))), step_of=lambda i: i)
         load = counts.double()
         with open(os.path.join(self.run.run_dir, "routing.json"), "w") as f:
-            json.dump({"warmup_steps": kept[0], "tokens_per_expert": counts[kept].sum(dim=0).tolist(),
-                       "max_over_mean": (load.max(dim=2).values / load.mean(dim=2)).tolist()}, f)
+            json.dump(
+                {
+                    "warmup_steps": kept[0],
+                    "tokens_per_expert": counts[kept].sum(dim=0).tolist(),
+                    "max_over_mean": (load.max(dim=2).values / load.mean(dim=2)).tolist(),
+                },
+                f,
+            )
 
 
 # -- the profiler window --------------------------------------------------------------------------
 def profile_of(trace: dict, timeline: bool = True) -> dict:
-    """What a profiled record keeps (profile.json) from a Chrome trace whose ProfilerStep windows PROFILE_STEPS
-    names: kernel seconds per step by category, and with `timeline` the last window's kernels."""
+    """What a profiled record keeps (profile.json) from a Chrome trace whose ProfilerStep windows
+    PROFILE_STEPS names: kernel seconds per step by category, and with `timeline` the last window's
+    kernels."""
     from megalab.metrics import kernel_seconds, kernel_timeline
+
     steps = list(range(*PROFILE_STEPS))
     out = {"steps": steps, "kernel_s_per_step": kernel_seconds(trace, steps)}
     if timeline:
@@ -131,10 +161,11 @@ def profile_of(trace: dict, timeline: bool = True) -> dict:
 
 
 class ProfilerWindow(Probe):
-    """torch.profiler over steps 5-7, on every rank: trace_rank<r>.json, and on rank 0 profile.json with the
-    kernel seconds per step by category (nccl, gemm, attention, other) and the kernel timeline of the last
-    profiled step (megalab.metrics.kernel_timeline), which the record keeps: the book draws its figures from
-    it. Other ranks write profile_rank<r>.json, their kernel seconds only (the record's profile.ranks)."""
+    """torch.profiler over steps 5-7, on every rank: trace_rank<r>.json, and on rank 0 profile.json
+    with the kernel seconds per step by category (nccl, gemm, attention, other) and the kernel
+    timeline of the last profiled step (megalab.metrics.kernel_timeline), which the record keeps:
+    the book draws its figures from it. Other ranks write profile_rank<r>.json, their kernel seconds
+    only (the record's profile.ranks)."""
 
     def __init__(self):
         self.prof = None
@@ -155,8 +186,11 @@ class ProfilerWindow(Probe):
         first, end = PROFILE_STEPS
         self.prof = torch.profiler.profile(
             activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA],
-            schedule=torch.profiler.schedule(wait=first - 1, warmup=1, active=end - first, repeat=1),
-            on_trace_ready=write)
+            schedule=torch.profiler.schedule(
+                wait=first - 1, warmup=1, active=end - first, repeat=1
+            ),
+            on_trace_ready=write,
+        )
         self.prof.start()
 
     def after_step(self, step: int) -> None:
@@ -168,13 +202,14 @@ class ProfilerWindow(Probe):
 
 # -- CUDA graphs ----------------------------------------------------------------------------------
 class GraphCapture(Probe):
-    """Megatron-LM's train() for --cuda-graph-impl transformer_engine: after config.cuda_graph_warmup_steps
-    eager steps, capture every layer's forward and backward per micro-batch in flight (TECudaGraphHelper,
-    which reads Megatron's micro-batch calculator); later steps replay them. The capture runs between two
-    steps, outside both step times. The local implementation needs no call: forward_backward_func records on
-    the first step and captures at its end (create_cudagraphs in pipeline_parallel/schedules.py). After the
-    loop the graphs are deleted, as Megatron-LM's train() does before it ends (a graphed run that kept them
-    hung at exit)."""
+    """Megatron-LM's train() for --cuda-graph-impl transformer_engine: after
+    config.cuda_graph_warmup_steps eager steps, capture every layer's forward and backward per
+    micro-batch in flight (TECudaGraphHelper, which reads Megatron's micro-batch calculator); later
+    steps replay them. The capture runs between two steps, outside both step times. The local
+    implementation needs no call: forward_backward_func records on the first step and captures at
+    its end (create_cudagraphs in pipeline_parallel/schedules.py). After the loop the graphs are
+    deleted, as Megatron-LM's train() does before it ends (a graphed run that kept them hung at
+    exit)."""
 
     def __init__(self):
         self.helper, self.run = None, None
@@ -186,17 +221,27 @@ class GraphCapture(Probe):
         import torch
         from megatron.core.num_microbatches_calculator import init_num_microbatches_calculator
         from megatron.core.transformer.cuda_graphs import TECudaGraphHelper
+
         cfg = run.cfg
-        init_num_microbatches_calculator(torch.distributed.get_rank(), None, cfg.gbs, cfg.mbs, cfg.dp)
-        self.helper = TECudaGraphHelper(run.model, run.config, cfg.seq, cfg.mbs, optimizers=[run.optimizer])
+        init_num_microbatches_calculator(
+            torch.distributed.get_rank(), None, cfg.gbs, cfg.mbs, cfg.dp
+        )
+        self.helper = TECudaGraphHelper(
+            run.model, run.config, cfg.seq, cfg.mbs, optimizers=[run.optimizer]
+        )
 
     def after_step(self, step: int) -> None:
         run = self.run
-        if self.helper is None or step + 1 != run.config.cuda_graph_warmup_steps or step + 1 >= run.cfg.iters:
+        if (
+            self.helper is None
+            or step + 1 != run.config.cuda_graph_warmup_steps
+            or step + 1 >= run.cfg.iters
+        ):
             return
         if self.helper.graphs_created():
             return
-        hooks_off = run.ddp_config.overlap_param_gather  # the param all-gather pre-hooks run outside the graphs
+        # the param all-gather pre-hooks run outside the graphs
+        hooks_off = run.ddp_config.overlap_param_gather
         for m in run.model if hooks_off else ():
             m.disable_forward_pre_hook(param_sync=False)
         self.helper.create_cudagraphs()
@@ -210,4 +255,5 @@ class GraphCapture(Probe):
             self.helper.delete_cuda_graphs()
         elif self.run is not None and self.run.cfg.cuda_graphs == "local":
             from megatron.core.transformer import cuda_graphs
+
             cuda_graphs.delete_cuda_graphs()

@@ -1,20 +1,24 @@
 """Layout-invariant initialisation: every layout starts from the same weights.
 
 Megatron draws each rank's weights from a generator seeded per (pp, tp) rank, so two layouts start
-from different weights and their loss curves cannot be compared step by step. `init_layout_invariant`
-re-draws every parameter from a generator seeded by (seed, global parameter name) - layer and expert
-numbers made global - generates the full unsharded tensor and keeps this rank's slice. With data that
-depends only on the global sample number (megalab.data) and a vocabulary not padded per tp, every
-layout trains the same model on the same batches, up to floating-point reduction order.
+from different weights and their loss curves cannot be compared step by step.
+`init_layout_invariant` re-draws every parameter from a generator seeded by (seed, global parameter
+name) - layer and expert numbers made global - generates the full unsharded tensor and keeps this
+rank's slice. With data that depends only on the global sample number (megalab.data) and a
+vocabulary not padded per tp, every layout trains the same model on the same batches, up to
+floating-point reduction order.
 """
+
 import hashlib
 import math
 import re
 
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.")
-_LOCAL_EXPERT = re.compile(r"\.local_experts\.(\d+)\.")            # SequentialMLP (local spec)
+_LOCAL_EXPERT = re.compile(r"\.local_experts\.(\d+)\.")  # SequentialMLP (local spec)
 _GROUPED_EXPERT = re.compile(r"(\.linear_fc[12]\.(?:weight|bias))(\d+)$")  # TEGroupedMLP: weight0..
-_COLUMN = re.compile(r"(linear_qkv|linear_fc1)\.weight\d*$|word_embeddings\.weight$|^output_layer\.weight$")
+_COLUMN = re.compile(
+    r"(linear_qkv|linear_fc1)\.weight\d*$|word_embeddings\.weight$|^output_layer\.weight$"
+)
 _ROW = re.compile(r"(linear_proj|linear_fc2)\.weight\d*$")
 
 
@@ -22,7 +26,10 @@ def global_name(name: str, chunk, cfg, ep_rank: int, tied: bool) -> str:
     """Parameter name as in the unsharded, unpipelined model: global layer and expert numbers."""
     m = _LAYER.match(name)
     if m:  # TransformerLayer.layer_number is global (pipeline and virtual offsets) and 1-based
-        name = f"decoder.layers.{chunk.decoder.layers[int(m.group(1))].layer_number - 1}." + name[m.end():]
+        name = (
+            f"decoder.layers.{chunk.decoder.layers[int(m.group(1))].layer_number - 1}."
+            + name[m.end() :]
+        )
     off = ep_rank * (cfg.experts // cfg.ep)
     name = _LOCAL_EXPERT.sub(lambda e: f".local_experts.{int(e.group(1)) + off}.", name)
     name = _GROUPED_EXPERT.sub(lambda e: f"{e.group(1)}{int(e.group(2)) + off}", name)
@@ -66,7 +73,9 @@ def init_layout_invariant(chunks, cfg, device) -> float:
                     full_shape = list(p.shape)
                     if dim is not None:
                         full_shape[dim] *= t
-                    seed = int.from_bytes(hashlib.sha256(f"{cfg.seed}/{gname}".encode()).digest()[:8], "little")
+                    seed = int.from_bytes(
+                        hashlib.sha256(f"{cfg.seed}/{gname}".encode()).digest()[:8], "little"
+                    )
                     g = torch.Generator(device=device).manual_seed(seed & (2**63 - 1))
                     full = torch.randn(full_shape, generator=g, device=device, dtype=torch.float32)
                     full *= out_std if _ROW.search(name) else std
@@ -78,12 +87,20 @@ def init_layout_invariant(chunks, cfg, device) -> float:
                     else:
                         shard = full.chunk(t, dim=dim)[r]
                     if tuple(shard.shape) != tuple(p.shape):
-                        raise RuntimeError(f"layout-invariant init: {name} holds {tuple(p.shape)} but the "
-                                           f"slice of {gname} {tuple(full_shape)} is {tuple(shard.shape)}")
+                        raise RuntimeError(
+                            f"layout-invariant init: {name} holds {tuple(p.shape)} but the "
+                            f"slice of {gname} {tuple(full_shape)} is {tuple(shard.shape)}"
+                        )
                     p.copy_(shard)
                 else:
-                    raise RuntimeError(f"layout-invariant init has no rule for {name} {tuple(p.shape)}")
+                    raise RuntimeError(
+                        f"layout-invariant init has no rule for {name} {tuple(p.shape)}"
+                    )
             unique = (expert_replica if expert else replica) and (dim is not None or r == 0)
-            if p.dim() == 2 and unique and not (name == "output_layer.weight" and cfg.tied_embeddings):
+            if (
+                p.dim() == 2
+                and unique
+                and not (name == "output_layer.weight" and cfg.tied_embeddings)
+            ):
                 checksum += float(p.detach().double().sum())
     return checksum

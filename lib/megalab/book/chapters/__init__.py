@@ -1,8 +1,9 @@
-"""Each chapter's runs, defined once: one module per chapter, `runs(gpus, ...)` returning them by name.
+"""Each chapter's runs, defined once: one module per chapter, `runs(gpus, ...)` returning them by
+name.
 
-A notebook asks for its runs here (`chapters.runs("ch01", gpus)`), and the GPU host's plan is printed
-from the same definitions (`megalab experiments ch01 --missing`, megalab.book.recording). A chapter is
-named "ch01", "01", "1" or "01_data_parallel" alike.
+A notebook asks for its runs here (`chapters.runs("ch01", gpus)`), and the GPU host's plan is
+printed from the same definitions (`megalab experiments ch01 --missing`, megalab.book.recording). A
+chapter is named "ch01", "01", "1" or "01_data_parallel" alike.
 
 A new chapter: a module `chNN_<topic>.py` with `runs(gpus=4, iters=ITERS, ...) -> dict` (optionally
 `pending(gpus)` for runs queued for its next version), a line in CHAPTERS, a notebook in
@@ -13,17 +14,40 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from megalab.book.chapters import (ch01_data_parallel, ch02_tensor_parallel, ch03_sequence_parallel,
-                              ch04_context_parallel, ch05_pipeline_parallel, ch06_expert_parallel,
-                              ch07_choosing_a_layout)
+from megalab.book.chapters import (
+    ch01_data_parallel,
+    ch02_tensor_parallel,
+    ch03_sequence_parallel,
+    ch04_context_parallel,
+    ch05_pipeline_parallel,
+    ch06_expert_parallel,
+    ch07_choosing_a_layout,
+)
 
-__all__ = ["CHAPTERS", "UnknownChapter", "resolve", "runs", "pending", "data_parallel", "tensor_parallel",
-           "sequence_parallel", "context_parallel", "pipeline_parallel", "expert_parallel", "choosing_a_layout"]
+__all__ = [
+    "CHAPTERS",
+    "UnknownChapter",
+    "resolve",
+    "runs",
+    "pending",
+    "data_parallel",
+    "tensor_parallel",
+    "sequence_parallel",
+    "context_parallel",
+    "pipeline_parallel",
+    "expert_parallel",
+    "choosing_a_layout",
+]
 
-CHAPTERS: dict[str, ModuleType] = {"ch01": ch01_data_parallel, "ch02": ch02_tensor_parallel,
-                                   "ch03": ch03_sequence_parallel, "ch04": ch04_context_parallel,
-                                   "ch05": ch05_pipeline_parallel,
-                                   "ch06": ch06_expert_parallel, "ch07": ch07_choosing_a_layout}
+CHAPTERS: dict[str, ModuleType] = {
+    "ch01": ch01_data_parallel,
+    "ch02": ch02_tensor_parallel,
+    "ch03": ch03_sequence_parallel,
+    "ch04": ch04_context_parallel,
+    "ch05": ch05_pipeline_parallel,
+    "ch06": ch06_expert_parallel,
+    "ch07": ch07_choosing_a_layout,
+}
 
 data_parallel = ch01_data_parallel.runs
 tensor_parallel = ch02_tensor_parallel.runs
@@ -63,7 +87,7 @@ def runs(name: str, gpus: int = 4, **kw) -> dict:
 
 
 def pending(name: str, gpus: int = 4) -> dict:
-    """Runs queued for a chapter's next version (recorded by `megalab experiments chNN --pending`, then
-    moved into its `runs` once their records are committed); {} when nothing is queued."""
+    """Runs queued for a chapter's next version (recorded by `megalab experiments chNN --pending`,
+    then moved into its `runs` once their records are committed); {} when nothing is queued."""
     module = CHAPTERS[resolve(name)]
     return module.pending(gpus) if hasattr(module, "pending") else {}

@@ -5,55 +5,80 @@
     ch00.copy_tbs(pts, 1 << 32)                          # the 4 GiB copy's bandwidth, TB/s
     ch00.host_cost(timings.group(None, "ch02.tp", "H200"))   # eager against CUDA graphs, per layer
 
-The bench (`megalab bench`) measures matmul, HBM copies and NCCL collectives; the host's cost per kernel launch
-comes from `tools/gpu/host_probe.py`'s file in the results store (PROBE) and, per layer and micro-batch of a
-model, from the eager and CUDA-graph runs of comparison group ch02.tp.
+The bench (`megalab bench`) measures matmul, HBM copies and NCCL collectives; the host's cost per
+kernel launch comes from `tools/gpu/host_probe.py`'s file in the results store (PROBE) and, per
+layer and micro-batch of a model, from the eager and CUDA-graph runs of comparison group ch02.tp.
 """
+
 from __future__ import annotations
 
 import json
 import re
 
-L2_MB = 50        # H100/H200 SXM L2 cache, MB (NVIDIA Hopper architecture whitepaper)
-PROBE = "probes/host-4xh200/host_probe.json"   # tools/gpu/host_probe.py's output, under the results store
-GROUP = "ch02.tp"                              # the comparison group holding an eager and a graphed step
+L2_MB = 50  # H100/H200 SXM L2 cache, MB (NVIDIA Hopper architecture whitepaper)
+# tools/gpu/host_probe.py's output, under the results store
+PROBE = "probes/host-4xh200/host_probe.json"
+# the comparison group holding an eager and a graphed step
+GROUP = "ch02.tp"
 _POINT = ["bench", "op", "dtype", "gpus", "size_bytes", "n", "source"]
-_OPS = {"all_reduce": "all-reduce", "all_gather": "all-gather", "reduce_scatter": "reduce-scatter",
-        "all_to_all": "all-to-all"}
+_OPS = {
+    "all_reduce": "all-reduce",
+    "all_gather": "all-gather",
+    "reduce_scatter": "reduce-scatter",
+    "all_to_all": "all-to-all",
+}
 
 
 def latest_points(df):
-    """One row per bench point (benchmark, op, dtype, GPU count, size[, source]): the newest recording of it."""
+    """One row per bench point (benchmark, op, dtype, GPU count, size[, source]): the newest
+    recording of it."""
     keys = [c for c in _POINT if c in df]
     return df.sort_values("recorded_at").drop_duplicates(keys, keep="last").reset_index(drop=True)
 
 
 def copy_tbs(hbm, size_bytes: int) -> float:
-    """TB/s of the device-to-device copy of `size_bytes` (bytes read + written over time; newest point)."""
+    """TB/s of the device-to-device copy of `size_bytes` (bytes read + written over time; newest
+    point)."""
     rows = latest_points(hbm[hbm["size_bytes"] == size_bytes])
     if rows.empty:
-        raise KeyError(f"no HBM copy of {size_bytes} bytes recorded: run `megalab bench --only hbm`")
+        raise KeyError(
+            f"no HBM copy of {size_bytes} bytes recorded: run `megalab bench --only hbm`"
+        )
     return float(rows["gbs"].iloc[-1]) / 1e3
 
 
 def hbm_figure(hbm, peak_tbs: float, title: str = "HBM copy bandwidth"):
     """charts.hbm_vs_size with the sizes whose source and destination fit in L2 together shaded."""
     from megalab import charts
+
     fig = charts.hbm_vs_size(hbm, peak_tbs=peak_tbs, title=title)
-    fig.add_vrect(x0=float(hbm["size_bytes"].min()) / 1.5, x1=L2_MB * 1e6 / 2, fillcolor="#edae49",
-                  opacity=0.2, line_width=0, annotation_text="copy fits in L2", annotation_position="top left")
+    fig.add_vrect(
+        x0=float(hbm["size_bytes"].min()) / 1.5,
+        x1=L2_MB * 1e6 / 2,
+        fillcolor="#edae49",
+        opacity=0.2,
+        line_width=0,
+        annotation_text="copy fits in L2",
+        annotation_position="top left",
+    )
     return fig.update_layout(yaxis_range=[0, 1.1 * peak_tbs])
 
 
 def shown(df):
     """df for display (frame.table): its columns as they are, the index hidden."""
     from megalab.book import frame
+
     return frame.table(df, {c: c for c in df.columns})
 
 
 def collective_table(nccl):
-    """Peak bus bandwidth (GB/s) of each collective by GPU count, worded headers (a Styler; .data the frame)."""
-    t = nccl.pivot_table(index="op", columns="gpus", values="busbw_gbs", aggfunc="max").round(0).astype(int)
+    """Peak bus bandwidth (GB/s) of each collective by GPU count, worded headers (a Styler; .data
+    the frame)."""
+    t = (
+        nccl.pivot_table(index="op", columns="gpus", values="busbw_gbs", aggfunc="max")
+        .round(0)
+        .astype(int)
+    )
     t.index = [_OPS.get(op, op) for op in t.index]
     t.columns = [f"{n} GPUs (GB/s)" for n in t.columns]
     return shown(t.rename_axis("collective").reset_index())
@@ -61,42 +86,53 @@ def collective_table(nccl):
 
 def bus_gbs(nccl, op: str, gpus: int, size_bytes: int) -> float:
     """The newest bus bandwidth (GB/s) of one collective at one size."""
-    rows = latest_points(nccl[(nccl["op"] == op) & (nccl["gpus"] == gpus) & (nccl["size_bytes"] == size_bytes)])
+    rows = latest_points(
+        nccl[(nccl["op"] == op) & (nccl["gpus"] == gpus) & (nccl["size_bytes"] == size_bytes)]
+    )
     return float(rows["busbw_gbs"].iloc[-1])
 
 
 def probe_checks(nccl):
-    """What the bench checked: per GPU count, how many all-reduce probes ran (one per timed collective and
-    size) and whether every one summed right. The timed collectives' own outputs are not checked."""
+    """What the bench checked: per GPU count, how many all-reduce probes ran (one per timed
+    collective and size) and whether every one summed right. The timed collectives' own outputs are
+    not checked."""
     g = nccl.groupby("gpus")["correct"]
-    out = g.agg(["size", "all"]).rename(columns={"size": "all-reduce probes", "all": "every probe correct"})
+    out = g.agg(["size", "all"]).rename(
+        columns={"size": "all-reduce probes", "all": "every probe correct"}
+    )
     out["every probe correct"] = out["every probe correct"].map({True: "yes", False: "no"})
     return shown(out.rename_axis("GPUs").reset_index())
 
 
 def host_probe(store=None) -> dict:
-    """The host probe file of the results store (PROBE), with `links`: the NVLink count of every GPU pair
-    ("NV18") read from its `nvidia-smi topo -m` table."""
+    """The host probe file of the results store (PROBE), with `links`: the NVLink count of every GPU
+    pair ("NV18") read from its `nvidia-smi topo -m` table."""
     from megalab.records.store import as_store
+
     path = as_store(store).root / PROBE
     probe = json.loads(path.read_text())
     return {**probe, "links": links(probe.get("topo", ""))}
 
 
 def links(topo: str) -> list[str]:
-    """The distinct GPU-to-GPU link kinds of an `nvidia-smi topo -m` table ("NV18", "SYS", ...), sorted."""
+    """The distinct GPU-to-GPU link kinds of an `nvidia-smi topo -m` table ("NV18", "SYS", ...),
+    sorted."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", topo)
     kinds = set()
     for line in text.splitlines():
         cells = line.split("\t")
         if cells and re.fullmatch(r"GPU\d+", cells[0].strip()):
-            kinds |= {c.strip() for c in cells[1:] if re.fullmatch(r"NV\d+|SYS|NODE|PHB|PXB|PIX", c.strip())}
+            kinds |= {
+                c.strip()
+                for c in cells[1:]
+                if re.fullmatch(r"NV\d+|SYS|NODE|PHB|PXB|PIX", c.strip())
+            }
     return sorted(kinds)
 
 
 def yours(df) -> dict | None:
-    """The reader's own host, in host_probe's keys, from the newest `launch` point of `df` whose source is
-    "yours" (the bench just run here); None when there is none."""
+    """The reader's own host, in host_probe's keys, from the newest `launch` point of `df` whose
+    source is "yours" (the bench just run here); None when there is none."""
     if "source" not in df or "eager_launch_host_us" not in df:
         return None
     rows = df[(df["bench"] == "launch") & (df["source"] == "yours")]
@@ -104,63 +140,109 @@ def yours(df) -> dict | None:
         return None
     r = rows.sort_values("recorded_at").iloc[-1]
     host, env = r.get("host") or {}, r.get("env") or {}
-    return {"cpu_model": host.get("cpu_model") or "?", "cpu_count": host.get("cpu_count") or "?",
-            "vm": bool(host.get("vm")), "gpu": env.get("gpu_name") or "?", "gpu_count": env.get("gpu_count") or "?",
-            "nccl": host.get("nccl") or "?", "torch": env.get("torch") or "?",
-            "links": links(host.get("topology") or ""), "eager_launch_host_us": float(r["eager_launch_host_us"]),
-            "graph_kernel_wall_us": float(r["graph_kernel_wall_us"])}
+    return {
+        "cpu_model": host.get("cpu_model") or "?",
+        "cpu_count": host.get("cpu_count") or "?",
+        "vm": bool(host.get("vm")),
+        "gpu": env.get("gpu_name") or "?",
+        "gpu_count": env.get("gpu_count") or "?",
+        "nccl": host.get("nccl") or "?",
+        "torch": env.get("torch") or "?",
+        "links": links(host.get("topology") or ""),
+        "eager_launch_host_us": float(r["eager_launch_host_us"]),
+        "graph_kernel_wall_us": float(r["graph_kernel_wall_us"]),
+    }
 
 
 def host_table(probe: dict, mine: dict | None = None):
     """The host in words: CPU, cores, VM or bare metal, GPUs, NCCL, links, launch costs; with `mine`
     (yours(df)), a second column for the reader's own host."""
     import pandas as pd
+
     cols = {"reference host": probe} | ({"your host": mine} if mine else {})
-    return shown(pd.DataFrame({name: _host_words(h) for name, h in cols.items()}).rename_axis("").reset_index())
+    return shown(
+        pd.DataFrame({name: _host_words(h) for name, h in cols.items()})
+        .rename_axis("")
+        .reset_index()
+    )
 
 
 def _host_words(h: dict) -> dict:
-    return {"CPU": h["cpu_model"], "CPU cores (logical)": str(h["cpu_count"]),
-            "virtual machine or bare metal": "virtual machine" if h["vm"] else "bare metal",
-            "GPUs": f"{h['gpu_count']} × {h['gpu']}", "NCCL": h["nccl"], "PyTorch": h["torch"],
-            "GPU-to-GPU links": ", ".join(h["links"]) or "none",
-            "host time per eager kernel launch": f"{h['eager_launch_host_us']:.1f} µs",
-            "time per kernel replayed from a CUDA graph": f"{h['graph_kernel_wall_us']:.2f} µs"}
+    return {
+        "CPU": h["cpu_model"],
+        "CPU cores (logical)": str(h["cpu_count"]),
+        "virtual machine or bare metal": "virtual machine" if h["vm"] else "bare metal",
+        "GPUs": f"{h['gpu_count']} × {h['gpu']}",
+        "NCCL": h["nccl"],
+        "PyTorch": h["torch"],
+        "GPU-to-GPU links": ", ".join(h["links"]) or "none",
+        "host time per eager kernel launch": f"{h['eager_launch_host_us']:.1f} µs",
+        "time per kernel replayed from a CUDA graph": f"{h['graph_kernel_wall_us']:.2f} µs",
+    }
 
 
 def host_cost(group, name: str = "gpt-1.2b", tp: int = 2) -> dict:
-    """Eager against CUDA graphs for one configuration of a comparison group (timings.group's DataFrame):
-    eager_ms and graphs_ms (median steps), the 95% intervals (eager_lo/hi, graphs_lo/hi), the eager runs'
-    medians (eager_runs), layers and micro-batches per step, host_ms_per_layer: the step time CUDA graphs
-    remove, per layer and micro-batch; busy: the group's profiled GPU-busy share, busy_cfg the configuration
-    profiled, eager_busy_measured whether the eager step has one."""
-    rows = [(label, r) for label, r in group.iterrows() if r["cfg"].name == name and r["cfg"].tp == tp]
+    """Eager against CUDA graphs for one configuration of a comparison group (timings.group's
+    DataFrame): eager_ms and graphs_ms (median steps), the 95% intervals (eager_lo/hi,
+    graphs_lo/hi), the eager runs' medians (eager_runs), layers and micro-batches per step,
+    host_ms_per_layer: the step time CUDA graphs remove, per layer and micro-batch; busy: the
+    group's profiled GPU-busy share, busy_cfg the configuration profiled, eager_busy_measured
+    whether the eager step has one."""
+    rows = [
+        (label, r) for label, r in group.iterrows() if r["cfg"].name == name and r["cfg"].tp == tp
+    ]
     by = {r["cfg"].cuda_graphs: r for _, r in rows}
     if "none" not in by or len(by) < 2:
-        raise KeyError(f"group {group.attrs.get('name')} has no eager and graphed {name} TP {tp} pair")
+        raise KeyError(
+            f"group {group.attrs.get('name')} has no eager and graphed {name} TP {tp} pair"
+        )
     eager, graphs = by["none"], next(r for k, r in by.items() if k != "none")
     cfg = eager["cfg"]
     micro = cfg.gbs // (cfg.mbs * cfg.dp)
     profiled = group.attrs.get("profiled")
     busy_cfg = group.loc[profiled, "cfg"] if profiled in group.index else None
-    return {"eager_ms": eager["median_ms"], "graphs_ms": graphs["median_ms"],
-            "eager_lo": eager["lo_ms"], "eager_hi": eager["hi_ms"],
-            "graphs_lo": graphs["lo_ms"], "graphs_hi": graphs["hi_ms"], "eager_runs": list(eager["run_ms"]),
-            "layers": cfg.layers, "micro_batches": micro,
-            "host_ms_per_layer": (eager["median_ms"] - graphs["median_ms"]) / (cfg.layers * micro),
-            "busy": group.attrs.get("gpu_busy"), "busy_cfg": busy_cfg,
-            "eager_busy_measured": bool(eager["gpu_busy"] == eager["gpu_busy"])}
+    return {
+        "eager_ms": eager["median_ms"],
+        "graphs_ms": graphs["median_ms"],
+        "eager_lo": eager["lo_ms"],
+        "eager_hi": eager["hi_ms"],
+        "graphs_lo": graphs["lo_ms"],
+        "graphs_hi": graphs["hi_ms"],
+        "eager_runs": list(eager["run_ms"]),
+        "layers": cfg.layers,
+        "micro_batches": micro,
+        "host_ms_per_layer": (eager["median_ms"] - graphs["median_ms"]) / (cfg.layers * micro),
+        "busy": group.attrs.get("gpu_busy"),
+        "busy_cfg": busy_cfg,
+        "eager_busy_measured": bool(eager["gpu_busy"] == eager["gpu_busy"]),
+    }
 
 
 def host_figure(cost: dict, title: str = "gpt-1.2b, TP 2, one step: eager against CUDA graphs"):
-    """Two bars, the eager and the graphed step (ms) with their 95% intervals, the eager runs as dots."""
+    """Two bars, the eager and the graphed step (ms) with their 95% intervals, the eager runs as
+    dots."""
     from megalab.charts._style import PALETTE, _figure
+
     fig = _figure(title, yaxis_title="ms per step", showlegend=False)
     for i, (x, k) in enumerate((("eager", "eager"), ("CUDA graphs", "graphs"))):
         med = cost[f"{k}_ms"]
-        fig.add_bar(x=[x], y=[med], marker_color=PALETTE[i], width=0.5,
-                    error_y=dict(type="data", symmetric=False, array=[cost[f"{k}_hi"] - med],
-                                 arrayminus=[med - cost[f"{k}_lo"]]))
-    fig.add_scatter(x=["eager"] * len(cost["eager_runs"]), y=cost["eager_runs"], mode="markers",
-                    marker=dict(color="black", size=8), name="each eager run")
+        fig.add_bar(
+            x=[x],
+            y=[med],
+            marker_color=PALETTE[i],
+            width=0.5,
+            error_y=dict(
+                type="data",
+                symmetric=False,
+                array=[cost[f"{k}_hi"] - med],
+                arrayminus=[med - cost[f"{k}_lo"]],
+            ),
+        )
+    fig.add_scatter(
+        x=["eager"] * len(cost["eager_runs"]),
+        y=cost["eager_runs"],
+        mode="markers",
+        marker=dict(color="black", size=8),
+        name="each eager run",
+    )
     return fig.update_layout(height=380)

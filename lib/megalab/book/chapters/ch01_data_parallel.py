@@ -8,32 +8,51 @@ from megalab.book.specs import GROUP_ITERS, ITERS, PARITY_ITERS, Fit, Group, Par
 
 def runs(gpus: int = 4, iters: int = ITERS, gpu: str = "H200") -> dict:
     """gpt2-xl (1.56 B parameters, seq 1024), Transformer Engine spec. mbs 4 unless said otherwise.
-    `gpu`: the card the memory searches are sized for (the reference H200, or a reader's own GPU)."""
+    `gpu`: the card the memory searches are sized for (the reference H200, or a reader's own
+    GPU)."""
     base = presets.get("gpt2-xl").replace(iters=iters)
     ds = degrees(gpus)
     top = ds[-1]
-    weak = [base.replace(gpus=d, mbs=4, gbs=16 * d) for d in ds]            # 16 sequences per GPU per step
+    # 16 sequences per GPU per step
+    weak = [base.replace(gpus=d, mbs=4, gbs=16 * d) for d in ds]
     return {
         "one_gpu": base.replace(mbs=1, gbs=1),
         "fit_mbs": Fit(base.replace(mbs=1, gbs=1), "mbs", gpu),
-        "fit_mbs_80gb": Fit(base.replace(mbs=1, gbs=1), "mbs", "H100"),   # the card most readers have
+        # the card most readers have
+        "fit_mbs_80gb": Fit(base.replace(mbs=1, gbs=1), "mbs", "H100"),
         "accumulation": [base.replace(mbs=4, gbs=4 * k) for k in (1, 2, 4, 8)],
         "weak": weak,
-        # scaling where the GPU, not the host's kernel launches, sets the pace (mbs 4 is launch-bound)
+        # scaling where the GPU, not the host's kernel launches, sets the pace (mbs 4 is
+        # launch-bound)
         "weak_mbs16": [base.replace(gpus=d, mbs=16, gbs=64 * d) for d in ds],
-        "strong": [base.replace(gpus=d, mbs=4, gbs=4 * top) for d in ds],  # one micro-batch per GPU at top
+        # one micro-batch per GPU at top
+        "strong": [base.replace(gpus=d, mbs=4, gbs=4 * top) for d in ds],
         "overlap": [c.replace(overlap=True) for c in weak if c.dp > 1],
         "dist_opt": [c.replace(dist_opt=True) for c in weak if c.dp > 1],
-        "reduce_mbs16": [base.replace(gpus=top, mbs=16, gbs=64 * top, **kw)
-                         for kw in ({"overlap": True}, {"dist_opt": True}, {"dist_opt": True, "overlap": True})],
-        "fit_mbs_dist_opt": [Fit(base.replace(gpus=d, mbs=1, gbs=d, dist_opt=True), "mbs", gpu) for d in ds[1:]],
-        # DP replicates the model state, so without the distributed optimizer DP=N fits what 1 GPU fits
+        "reduce_mbs16": [
+            base.replace(gpus=top, mbs=16, gbs=64 * top, **kw)
+            for kw in ({"overlap": True}, {"dist_opt": True}, {"dist_opt": True, "overlap": True})
+        ],
+        "fit_mbs_dist_opt": [
+            Fit(base.replace(gpus=d, mbs=1, gbs=d, dist_opt=True), "mbs", gpu) for d in ds[1:]
+        ],
+        # DP replicates the model state, so without the distributed optimizer DP=N fits what 1 GPU
+        # fits
         "fit_layers": Fit(base.replace(mbs=1, gbs=1), "layers", gpu, step=8, width=0.05),
-        "fit_layers_dist_opt": Fit(base.replace(gpus=top, mbs=1, gbs=top, dist_opt=True), "layers", gpu,
-                                   step=8, width=0.05),
+        "fit_layers_dist_opt": Fit(
+            base.replace(gpus=top, mbs=1, gbs=top, dist_opt=True), "layers", gpu, step=8, width=0.05
+        ),
         # DP=top + distributed optimizer against DP=1 with accumulation, same global batch
-        "parity": Parity(base.replace(gpus=top, mbs=4, gbs=4 * top, dist_opt=True, iters=PARITY_ITERS)),
-        # weak scaling timed on one host, alternated, with CUDA graphs (GPU-bound at mbs 4); the widest profiled
-        "groups": {"dp_weak": Group("ch01.dp-weak", [c.replace(iters=GROUP_ITERS, cuda_graphs="te") for c in weak],
-                                    profiled=len(weak) - 1)},
+        "parity": Parity(
+            base.replace(gpus=top, mbs=4, gbs=4 * top, dist_opt=True, iters=PARITY_ITERS)
+        ),
+        # weak scaling timed on one host, alternated, with CUDA graphs (GPU-bound at mbs 4); the
+        # widest profiled
+        "groups": {
+            "dp_weak": Group(
+                "ch01.dp-weak",
+                [c.replace(iters=GROUP_ITERS, cuda_graphs="te") for c in weak],
+                profiled=len(weak) - 1,
+            )
+        },
     }

@@ -1,8 +1,8 @@
 """Chapter 02, tensor parallelism: its runs, by name, and the paper's numbers it sets them beside.
 
-The PAPER_* constants are Shoeybi et al. 2019's published results (arXiv 1909.08053, on V100s in DGX-2H
-servers), not measurements of this book; megalab.book.chapters.ch02_analysis sets the comparison group
-`ch02.tp` beside them.
+The PAPER_* constants are Shoeybi et al. 2019's published results (arXiv 1909.08053, on V100s in
+DGX-2H servers), not measurements of this book; megalab.book.chapters.ch02_analysis sets the
+comparison group `ch02.tp` beside them.
 """
 
 from __future__ import annotations
@@ -11,16 +11,18 @@ from megalab.runs import presets
 from megalab.book.specs import GROUP_ITERS, ITERS, PARITY_ITERS, Group, Parity, Profiled, degrees
 
 
-WEAK_TP_MODELS = {1: "gpt-1.2b", 2: "gpt-2.5b", 4: "gpt-4.2b", 8: "gpt-8.3b"}  # Shoeybi et al. 2019, Table 1
+# Shoeybi et al. 2019, Table 1
+WEAK_TP_MODELS = {1: "gpt-1.2b", 2: "gpt-2.5b", 4: "gpt-4.2b", 8: "gpt-8.3b"}
 
-PAPER = "https://arxiv.org/abs/1909.08053"   # Shoeybi et al. 2019, Megatron-LM
+PAPER = "https://arxiv.org/abs/1909.08053"  # Shoeybi et al. 2019, Megatron-LM
 # Table 8: speed-up of the 1.2B model at a fixed batch of 8 against one GPU, by model-parallel GPUs
 PAPER_STRONG_SPEEDUP = {1: 1.0, 2: 1.64, 4: 2.34, 8: 2.98}
-# Fig. 5, model-parallel bars: weak-scaling efficiency of Table 1's models (1.2B on 1 GPU ... 8.3B on 8), batch 8;
-# the text (§5.1) quotes the 8-way bar: "77% of linear scaling"
+# Fig. 5, model-parallel bars: weak-scaling efficiency of Table 1's models (1.2B on 1 GPU ... 8.3B
+# on 8), batch 8; the text (§5.1) quotes the 8-way bar: "77% of linear scaling"
 PAPER_WEAK_EFFICIENCY = {1: 1.0, 2: 0.95, 4: 0.82, 8: 0.77}
-PAPER_TFLOPS_PER_GPU = 39.0   # §5.1: the one-GPU baseline, 30% of the V100's peak
-V100_NVLINK_GBS = 150.0       # NVIDIA V100 SXM datasheet: 300 GB/s NVLink per GPU, both directions added
+PAPER_TFLOPS_PER_GPU = 39.0  # §5.1: the one-GPU baseline, 30% of the V100's peak
+# NVIDIA V100 SXM datasheet: 300 GB/s NVLink per GPU, both directions added
+V100_NVLINK_GBS = 150.0
 
 
 def runs(gpus: int = 4, iters: int = ITERS) -> dict:
@@ -29,18 +31,38 @@ def runs(gpus: int = 4, iters: int = ITERS) -> dict:
     model = lambda t: presets.get(WEAK_TP_MODELS[t]).replace(iters=iters)  # noqa: E731
     small = presets.get("gpt-1.2b").replace(iters=iters)
     top = ts[-1]
-    graphed = lambda t, name: presets.get(name).replace(gpus=t, tp=t, mbs=8, gbs=8, iters=GROUP_ITERS,  # noqa: E731
-                                                          cuda_graphs="te")
+    graphed = lambda t, name: presets.get(name).replace(
+        gpus=t,
+        tp=t,
+        mbs=8,
+        gbs=8,
+        iters=GROUP_ITERS,  # noqa: E731
+        cuda_graphs="te",
+    )
     return {
-        "weak": [model(t).replace(gpus=t, tp=t, mbs=8, gbs=8) for t in ts],          # the paper's batch 8
+        # the paper's batch 8
+        "weak": [model(t).replace(gpus=t, tp=t, mbs=8, gbs=8) for t in ts],
         "weak_large": [model(t).replace(gpus=t, tp=t, mbs=16, gbs=32) for t in ts],
         "strong": [small.replace(gpus=t, tp=t, mbs=8, gbs=8) for t in ts],
         "profile": Profiled(small.replace(gpus=top, tp=top, mbs=8, gbs=8)),
-        "tp_vs_dp": [small.replace(gpus=top, tp=t, mbs=8, gbs=8 * top, dist_opt=t < top) for t in ts],
-        "parity": [Parity(small.replace(gpus=t, tp=t, mbs=8, gbs=8, iters=PARITY_ITERS)) for t in ts if t > 1],
-        # timed on one host, alternated, GPU-bound (CUDA graphs): strong scaling as Shoeybi et al.'s Table 8,
-        # TP 2 eager (what graphs save), weak scaling's larger models; the largest TP profiled
-        "groups": {"tp": Group("ch02.tp", [graphed(t, "gpt-1.2b") for t in ts]
-                               + [graphed(2, "gpt-1.2b").replace(cuda_graphs="none") for t in ts if t == 2]
-                               + [graphed(t, WEAK_TP_MODELS[t]) for t in ts if t > 1], profiled=len(ts) - 1)},
+        "tp_vs_dp": [
+            small.replace(gpus=top, tp=t, mbs=8, gbs=8 * top, dist_opt=t < top) for t in ts
+        ],
+        "parity": [
+            Parity(small.replace(gpus=t, tp=t, mbs=8, gbs=8, iters=PARITY_ITERS))
+            for t in ts
+            if t > 1
+        ],
+        # timed on one host, alternated, GPU-bound (CUDA graphs): strong scaling as Shoeybi et al.'s
+        # Table 8, TP 2 eager (what graphs save), weak scaling's larger models; the largest TP
+        # profiled
+        "groups": {
+            "tp": Group(
+                "ch02.tp",
+                [graphed(t, "gpt-1.2b") for t in ts]
+                + [graphed(2, "gpt-1.2b").replace(cuda_graphs="none") for t in ts if t == 2]
+                + [graphed(t, WEAK_TP_MODELS[t]) for t in ts if t > 1],
+                profiled=len(ts) - 1,
+            )
+        },
     }
