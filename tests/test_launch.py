@@ -305,7 +305,8 @@ def test_kill_9_of_the_launcher_stops_torchrun(tmp_path):
         """
         import os, sys, time
         from megalab import launch
-        child = launch.popen([sys.executable, "-c", "import time; time.sleep(120)"], dict(os.environ))
+        sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
+        child = launch.popen(sleeper, dict(os.environ))
         open("child.pid", "w").write(f"{child.pid}\\n")
         time.sleep(120)
     """,
@@ -319,8 +320,10 @@ def test_kill_9_of_the_launcher_stops_torchrun(tmp_path):
 
 FAKE_TORCHRUN = """
 import os, signal, subprocess, sys, time
-signal.signal(signal.SIGTERM, signal.SIG_IGN)   # the worst torchrun: deaf to SIGTERM, its rank in a session of its own
-rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+# the worst torchrun: deaf to SIGTERM, its rank in a session of its own
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
+rank = subprocess.Popen(sleeper, start_new_session=True)
 open("rank.pid", "w").write(f"{rank.pid}\\n")
 print("rank started", flush=True)
 time.sleep(120)
@@ -336,7 +339,8 @@ def test_sigterm_stops_every_rank_and_the_run_is_recorded_as_a_timeout(tmp_path)
         from run_records import CFG
         launch.KILL_GRACE_S = 1
         launch.check = lambda cfg, nproc=None: None
-        launch.torchrun_command = lambda cfg, run_dir, **kw: [sys.executable, {str(tmp_path / "fake_torchrun.py")!r}]
+        fake = {str(tmp_path / "fake_torchrun.py")!r}
+        launch.torchrun_command = lambda cfg, run_dir, **kw: [sys.executable, fake]
         out = launch.launch(CFG, runs_root="runs", progress=False)
         print(out.status, out.error["message"], flush=True)
     """,

@@ -9,7 +9,6 @@ cannot be installed or started.
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time

@@ -48,7 +48,8 @@ def _parent_of_a_rank(tmp_path, rank_code: str) -> tuple[subprocess.Popen, int]:
     )
     torchrun = _python(f"""
         import pathlib, subprocess, sys, time
-        p = subprocess.Popen([sys.executable, "-c", {rank!r}], start_new_session=True)  # as torchrun does
+        # a session of its own, as torchrun does
+        p = subprocess.Popen([sys.executable, "-c", {rank!r}], start_new_session=True)
         pathlib.Path({str(pidfile)!r}).write_text(str(p.pid))
         time.sleep(60)
         """)

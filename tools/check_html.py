@@ -46,7 +46,8 @@ RAW_TEX = re.compile(
 )
 # the page's visible text, less code (where TeX-like text is legitimate) and MathJax's own output
 VISIBLE_TEXT_JS = """() => { const body = document.body.cloneNode(true);
-  body.querySelectorAll('pre, code, script, style, mjx-container, .highlight').forEach(e => e.remove());
+  body.querySelectorAll('pre, code, script, style, mjx-container, .highlight')
+      .forEach(e => e.remove());
   return body.textContent; }"""
 ERROR_TEXT = re.compile(r"Traceback \(most recent call last\)|^\w*(Error|Exception): ", re.M)
 

@@ -2,15 +2,17 @@
 """Rewrite a chapter's `{glue:text}`name:fmt`` prose into `{eval}`name`` and its glue calls into
 `say`.
 
-    python tools/glue_to_eval.py book/04_context_parallel/context_parallel.ipynb   # rewrite in place
+    python tools/glue_to_eval.py book/04_context_parallel/context_parallel.ipynb  # in place
     python tools/glue_to_eval.py --check book/*/*.ipynb                            # report only
 
 JupyterLab shows `{eval}`name`` (jupyterlab-myst evaluates it in the kernel) and the HTML book
 pastes the same text (megalab.book.prose): see that module. For each name the prose reads:
 - `glue("name", value, display=False)` becomes `say("name", value, "fmt")`, the format taken from
 the
-  prose; a name read with two formats is said twice (`name` with the commonest, `name_<fmt>` with the
-  other, e.g. `share_1pct` for ".1%"); a name that is also a variable of the notebook (or a builtin) is
+  prose; a name read with two formats is said twice (`name` with the commonest, `name_<fmt>` with
+  the
+  other, e.g. `share_1pct` for ".1%"); a name that is also a variable of the notebook (or a
+  builtin) is
   said as `name_said`;
 - `glue(f"fit_{cp}", ...)` keeps its f-string when every prose name it makes is read with one
 format;

@@ -160,6 +160,79 @@ def wrap(source: str, width: int = 100) -> str:
     return out
 
 
+def _string_cut(text: str, width: int, start: int) -> int | None:
+    """Where to cut a line ending in a plain or f-string literal that begins at `start`: the last
+    space before the limit that is inside the literal and, for an f-string, outside its braces."""
+    prefix_end = start
+    while text[prefix_end] not in "\"'":
+        prefix_end += 1
+    quote = text[prefix_end]
+    if text[prefix_end : prefix_end + 3] in ('"""', "'''"):
+        return None
+    is_f = "f" in text[start:prefix_end].lower()
+    depth, best = 0, None
+    for col in range(prefix_end + 1, min(len(text), width)):
+        ch = text[col]
+        if ch == "\\":
+            continue
+        if is_f and ch == "{":
+            depth += 1
+        elif is_f and ch == "}":
+            depth -= 1
+        elif ch == quote and text[col - 1] != "\\":
+            return None  # the literal ends before the limit: not this tool's case
+        elif ch == " " and depth == 0 and col > prefix_end + 20:
+            best = col
+    return best
+
+
+def split_strings(source: str, width: int = 100) -> str:
+    """A line too long because of the string literal that ends it (a call argument, a keyword value,
+    a piece of an implicit concatenation): the literal splits at a space into two adjacent literals,
+    the second on the next line at the first one's column. Kept only where the result still parses
+    and says the same (the literal's value is unchanged by construction; ast checks the file)."""
+    lines = source.split("\n")
+    strings = {}
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.STRING and tok.start[0] == tok.end[0]:
+            strings[tok.start[0] - 1] = (tok.start[1], tok.end[1])
+        elif tok.type == getattr(tokenize, "FSTRING_START", None):
+            strings[tok.start[0] - 1] = (tok.start[1], None)
+    base = ast.dump(ast.parse(source))
+    for row in sorted(strings, reverse=True):  # bottom up: earlier rows keep their numbers
+        line = lines[row]
+        if len(line) <= width:
+            continue
+        start = strings[row][0]
+        rest = line.rstrip()
+        tail = rest[len(rest.rstrip(",)")) :]  # a closing comma or parenthesis after the literal
+        body = rest[: len(rest) - len(tail)] if tail else rest
+        if not body.endswith(("\"", "'")):
+            continue
+        cut = _string_cut(body, width - 2, start)
+        if cut is None:
+            continue
+        prefix_end = start
+        while body[prefix_end] not in "\"'":
+            prefix_end += 1
+        prefix, quote = body[start:prefix_end], body[prefix_end]
+        first = body[: cut + 1] + quote
+        second = " " * start + prefix + quote + body[cut + 1 :] + tail
+        wrapped = [
+            body[:start] + "(" + body[start : cut + 1] + quote,
+            " " * (start + 1) + prefix + quote + body[cut + 1 :] + ")" + tail,
+        ]
+        for candidate in ([first, second], wrapped):
+            trial = lines[:row] + candidate + lines[row + 1 :]
+            try:
+                if ast.dump(ast.parse("\n".join(trial))) == base:
+                    lines = trial
+                    break
+            except SyntaxError:
+                pass
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("paths", nargs="+")
@@ -174,11 +247,12 @@ def main(argv=None) -> int:
     for root in map(Path, args.paths):
         for f in sorted([root] if root.is_file() else root.rglob("*.py")):
             text = f.read_text()
-            new = (
-                move_trailing_comments(text, args.width)
-                if args.comments_up
-                else wrap(text, args.width)
-            )
+            if args.comments_up:
+                new = move_trailing_comments(text, args.width)
+            else:
+                new = text
+                for _ in range(4):  # a split line may need splitting again
+                    new = split_strings(wrap(new, args.width), args.width)
             if new != text:
                 f.write_text(new)
                 changed += 1

@@ -2,7 +2,7 @@
 
     megalab plan --preset gpt-1.2b --gpus 4 --tp 2 --pp 2 --mbs 4 --gbs 16      predict
     megalab run  --preset gpt-1.2b --gpus 4 --tp 2 --pp 2 --mbs 4 --gbs 16 --mode live
-    megalab run  ... --dry-run            build the model shards on CPU (gloo), print parameters per rank
+    megalab run  ... --dry-run            the model shards built on CPU (gloo), parameters per rank
     megalab results --label tp2 [--json] [--import other/runs.jsonl]
     megalab presets | chapters                 what the flags --preset and the chapter names can be
     megalab peer | env | fit | parity | experiments | slurm | prepare-data | reproduce | bench
@@ -34,7 +34,7 @@ from megalab.commands import (
     EXIT_INTERRUPTED,
     EXIT_INVALID,
     EXIT_NOT_RECORDED,
-    EXIT_OK,
+    EXIT_OK,  # noqa: F401  (re-exported: cli names every exit status)
     EXIT_RUN_FAILED,
     BadArgument,
     predict,

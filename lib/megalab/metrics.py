@@ -17,8 +17,9 @@ step     rank 0 (the last pipeline stage's loss reaches it), every step:
     recomputation not counted); mfu = tflops_per_gpu * 1e12 / peak dense bf16 FLOP/s of the GPU.
 summary  same rank, once, at the end:
     {"kind": "summary", "steps": N, "startup_s": float (launch to the end of the first step),
-     "startup_marks_s": {"python": .., "imports": .., "process_groups": .., "model": .., "training_state": ..,
-                         "loop": .., "first_step": ..} (seconds since launch when each phase ended),
+     "startup_marks_s": {"python": .., "imports": .., "process_groups": .., "model": ..,
+                         "training_state": .., "loop": .., "first_step": ..}
+                         (seconds since launch when each phase ended),
      "mem_allocated_peak_gib_per_rank": [..], "mem_reserved_peak_gib_per_rank": [..],
      "env": {megalab.machine.env.fingerprint()}}
 error    any rank, when it stops on a known failure (the trainer then exits non-zero):

@@ -87,7 +87,7 @@ BAD_INPUTS = [
         ["plan", "--search", *TINY, "--gpus", "0"],
         r"invalid configuration: gpus=0 must be at least 1",
     ),
-    # -- run ------------------------------------------------------------------------------------------
+    # -- run ---------------------------------------------------------------------------------------
     (["run", *TINY, "--mode", "fast"], r"argument --mode: invalid choice: 'fast'"),
     # not an abbreviation of --gpus
     (["run", *TINY, "--gpu", "H100"], r"unrecognized arguments: --gpu H100"),
@@ -207,7 +207,7 @@ BAD_INPUTS = [
     (["reproduce", "ch09"], r"no page of the book matches 'ch09': pick from .*01_data_parallel"),
     (["reproduce", "--mode", "fast"], r"argument --mode: invalid choice: 'fast'"),
     (["reproduce", "--gpus", "-1"], r"argument --gpus: -1 is too small"),
-    # -- slurm ----------------------------------------------------------------------------------------
+    # -- slurm -------------------------------------------------------------------------------------
     (["slurm", *TINY], r"the following arguments are required: --nodes"),
     (["slurm", *TINY, "--nodes", "0"], r"argument --nodes: 0 is too small"),
     (
@@ -271,10 +271,10 @@ BAD_INPUTS = [
         ["prepare-data", "--input", "x.jsonl"],
         r"the following arguments are required: --output-prefix",
     ),
-    # -- peer -----------------------------------------------------------------------------------------
+    # -- peer --------------------------------------------------------------------------------------
     (["peer", *TINY, "--tp", "2", "--gpus", "3"], r"gpus=3 is not divisible by tp\*pp\*cp=2"),
     (["peer", *TINY, "--megatron-lm", "{tmp}/nowhere"], r"nowhere"),
-    # -- bench ----------------------------------------------------------------------------------------
+    # -- bench -------------------------------------------------------------------------------------
     (["bench", "--gpus", "0"], r"megalab bench: error: argument --gpus: 0 is too small"),
     (["bench", "--nope"], r"megalab bench: error: unrecognized arguments: --nope"),
     (["bench", "--gpus", "3"], r"needs at least one CUDA GPU|this machine has \d+ GPU"),

@@ -1,7 +1,8 @@
 """The trainer with Megatron config fields overridden, to try a setting before it becomes a default.
 
     MEGALAB_PROBE='moe_permute_fusion=true,moe_router_fusion=true' \
-        torchrun --standalone --nproc_per_node=1 tools/gpu/moe_probe.py --preset olmoe-like ... --profile --run-dir D
+        torchrun --standalone --nproc_per_node=1 tools/gpu/moe_probe.py --preset olmoe-like ...
+        --profile --run-dir D
 
 MEGALAB_PROBE holds comma-separated field=value pairs (values read as JSON: true, 3, "x") set on the
 TransformerConfig after megalab.train.wiring builds it, before the model is built (its __post_init__

@@ -7,7 +7,8 @@ On the local spec at lr 1e-4 the single-GPU loss jumps by 2-5 nats at steps 10 a
 in repeats, and every layout jumps at the same steps; the step after, the loss is back on its trend.
 The probe tells a batch-made spike (one odd sequence) from a weight-made one (every sequence):
 
-    {"kind": "samples", "step", "microbatch", "mean": [per-sequence mean loss], "max": [per-sequence max]}
+    {"kind": "samples", "step", "microbatch", "mean": [per-sequence mean loss],
+     "max": [per-sequence max]}
     {"kind": "update", "step", "rel": {group: |dW| / |W|}, "norm": {group: |W|}}
 
 `update` is the optimizer step's relative change per parameter group (embeddings, norms, attention,

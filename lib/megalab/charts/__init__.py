@@ -15,10 +15,12 @@ Figures by kind, one module each; every public name is re-exported here, so note
     breakdown   what a step is made of: memory per GPU, step time (stacked parts)
     scaling     a metric against a swept setting: scaling with the ideal line, metric_vs
     compare     choices side by side: grouped bars, a ratio against 1, the trade-off frontier
-    spread      how measurements scatter: histogram against a target, step time across runs, predicted
+    spread      how measurements scatter: histogram against a target, step time across runs,
+                predicted
                 against measured
     parity      loss curves against the reference inside a tolerance band
-    timeline    who runs when: kernels on CUDA streams, Gantt charts of pipeline stages or ranks, the bubble
+    timeline    who runs when: kernels on CUDA streams, Gantt charts of pipeline stages or ranks,
+                the bubble
     matrix      a matrix as coloured cells (tokens per expert per layer)
 """
 

@@ -2,8 +2,10 @@
 parses the command line and calls them.
 
     predict   plan (and plan --search), presets: what theory says before anything runs
-    runs      run (and run --dry-run), peer, fit, parity, slurm, prepare-data: training, here or on a cluster
-    records   results, env, experiments, chapters, reproduce, bench: what is recorded, what records it, the book
+    runs      run (and run --dry-run), peer, fit, parity, slurm, prepare-data: training, here or on
+              a cluster
+    records   results, env, experiments, chapters, reproduce, bench: what is recorded, what records
+              it, the book
 
 What every command shares is in `shared`: the exit statuses, `BadArgument`, the RunConfig the flags
 describe, and the two ways to print an answer (an aligned table, JSON). The statuses and

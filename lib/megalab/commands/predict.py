@@ -63,9 +63,8 @@ def cmd_presets(ns) -> int:
     if ns.json:
         print(to_json(rows))
         return EXIT_OK
-    print(
-        f"{'preset':<14}{'params':>9}{'layers':>7}{'hidden':>7}{'heads':>6}{'seq':>6}{'experts':>8}  source"
-    )
+    head = f"{'preset':<14}{'params':>9}{'layers':>7}{'hidden':>7}{'heads':>6}{'seq':>6}"
+    print(f"{head}{'experts':>8}  source")
     for r in rows:
         print(
             f"{r['preset']:<14}{_si(r['params']):>9}{r['layers']:>7}{r['hidden']:>7}{r['heads']:>6}{r['seq']:>6}"

@@ -1,6 +1,6 @@
 """Know your machine: the ceilings every later number is measured against.
 
-    megalab bench --gpus 4                 # matmul, HBM copy, kernel launch, NCCL collectives on 2 and 4 GPUs
+    megalab bench --gpus 4                 # matmul, HBM, kernel launch, NCCL on 2 and 4 GPUs
     python -m megalab.jobs.bench --gpus 4       # the same
     megalab bench --only launch            # one benchmark (matmul, hbm, launch or nccl)
 
@@ -9,11 +9,15 @@ Measures, on the GPUs of this host, and appends one record per point to ``result
 - ``hbm``: a device-to-device copy, bandwidth = (bytes read + bytes written) / time;
 - ``launch``: what the host costs per kernel: host µs to launch one tiny eager kernel, wall µs per
 eager kernel
-  (launch-bound), and per kernel replayed from a CUDA graph; with the host beside it (env.host: CPU model and
-  cores, VM or bare metal, NCCL version, link topology). A step of many small kernels waits on these;
+  (launch-bound), and per kernel replayed from a CUDA graph; with the host beside it (env.host: CPU
+  model and
+  cores, VM or bare metal, NCCL version, link topology). A step of many small kernels waits on
+  these;
 - ``nccl``: all_reduce, all_gather, reduce_scatter, all_to_all from 1 KiB to 1 GiB on 2..N GPUs.
-  Bus bandwidth follows nccl-tests (PERFORMANCE.md): algbw = size / time, busbw = algbw · 2(n−1)/n for
-  all-reduce and algbw · (n−1)/n for all-gather, reduce-scatter and all-to-all, so that busbw is comparable
+  Bus bandwidth follows nccl-tests (PERFORMANCE.md): algbw = size / time, busbw = algbw · 2(n−1)/n
+  for
+  all-reduce and algbw · (n−1)/n for all-gather, reduce-scatter and all-to-all, so that busbw is
+  comparable
   with the link's bandwidth whatever n is.
 
 Timing: CUDA events around ``iters`` back-to-back launches after ``warmup`` launches; the time of a

@@ -41,7 +41,7 @@ from megalab.records.schema import (
     make_record,
     to_frame,
     trained,
-    utc_now,
+    utc_now,  # noqa: F401  (re-exported)
 )  # noqa: F401  (re-exported)
 
 MODES = ("live", "cached", "auto")

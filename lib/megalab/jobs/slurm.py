@@ -1,7 +1,8 @@
 """An sbatch script that runs one configuration over several nodes, and records it as `megalab run`
 does.
 
-    megalab slurm --preset gpt-8.3b --gpus 16 --tp 8 --nodes 2 > job.sh && mkdir -p runs && sbatch job.sh
+    megalab slurm --preset gpt-8.3b --gpus 16 --tp 8 --nodes 2 > job.sh
+    mkdir -p runs && sbatch job.sh
 
 One srun task per node; each task is `megalab run ... --nnodes N --node-rank R --rdzv-endpoint
 HEAD:29500`, a torchrun agent meeting the others at the first node (a static rendezvous: the task's
@@ -132,13 +133,15 @@ def script(
         [
             "#!/bin/bash",
             *(f"#SBATCH {s}" for s in sbatch),
-            f"# {cfg.label}  (key {cfg.key}){'  CPU: a dry run, nothing is trained' if cpu else ''}",
+            f"# {cfg.label}  (key {cfg.key})"
+            + ("  CPU: a dry run, nothing is trained" if cpu else ""),
             "set -euo pipefail",
             f"export {exports}",
             'export PYTHONPATH="$PWD/lib${PYTHONPATH:+:$PYTHONPATH}"',
             'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
             "# one task per node, each a torchrun agent; node 0 (task 0) appends the record",
-            """srun bash -c 'exec "$@" --nnodes "$SLURM_NTASKS" --node-rank "$SLURM_PROCID"' megalab \\""",
+            "srun bash -c 'exec \"$@\" --nnodes \"$SLURM_NTASKS\" --node-rank \"$SLURM_PROCID\"' "
+            "megalab \\",
             f'    {shlex.join(run)} \\',
             f'    --rdzv-endpoint "$head:{RDZV_PORT}"',
             "",

@@ -3,9 +3,9 @@ saw.
 
     >>> from megalab import calibration, presets, search
     >>> cal = calibration.calibrate()              # the H200 records of the results store
-    >>> cal.constants                              # six Constants: name, unit, fitted value, meaning
-    >>> cal.report()                               # |relative error| by layout family: fit vs held out, before vs after
-    >>> cal.predict(cfg)                           # compute_s, host_s, comm_s, bubble_s, optimizer_s, total_s, ...
+    >>> cal.constants   # six Constants: name, unit, fitted value, meaning
+    >>> cal.report()   # |relative error| by layout family: fit vs held out, before vs after
+    >>> cal.predict(cfg)   # compute_s, host_s, comm_s, bubble_s, optimizer_s, total_s, ...
     >>> search.search(presets.get("gpt-8.3b"), 2, gbs=32, seq=2048, model=cal)
 
 Records (`usable_records`): status ok, not retracted (the store's errata), not profiled (the

@@ -8,11 +8,13 @@
 Where theory.step_time_estimate is a roofline (all FLOPs at one matmul rate, every byte at one bus
 bandwidth), this model adds what the records show it lacks. Per GPU, for the busiest pipeline stage:
 
-    gpu   = GEMM FLOPs / (gemm_eff·h/(h + gemm_width)·R) + attention-core FLOPs / (attn_eff·R)   per micro-batch
+    gpu   = GEMM FLOPs / (gemm_eff·h/(h + gemm_width)·R) + attention-core FLOPs / (attn_eff·R)
+          per micro-batch
             (h the hidden size: wider matrices keep the tensor cores busier, saturating at gemm_eff)
     host  = host_layer · layers per stage (4/3 of it under full recompute: one more forward)
             + expert_gemm · expert GEMMs (per-expert host work: theory.moe.expert_gemms_per_step)
-    stage = max(host, gpu): the host issues kernels ahead of the GPU, so a layer waits for whichever is
+    stage = max(host, gpu): the host issues kernels ahead of the GPU, so a layer waits for
+    whichever is
             slower; host + gpu for MoE layers, whose router waits on the GPU every forward
             (theory.moe.host_syncs_per_step) so the host cannot run ahead
     mb    = stage + Σ over tp, cp, ep of (bytes / B(op, group, message size) + calls · comm_call)

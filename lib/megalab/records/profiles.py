@@ -8,9 +8,12 @@ than in an unprofiled step (it adds host work per kernel), so gaps say where the
 timed, unprofiled record says for how long.
 
     >>> profiles.by_kind(record["profile"])    # per kind: kernels, kernel_ms, wait_before_ms
-    >>> profiles.nccl_kernels(record["profile"])   # each NCCL kernel's ms, in order (waits included)
-    >>> ms = profiles.kernel_ms({"none": r0, "full": r1})   # ms of kernels per step by kind, one column each
-    >>> profiles.extra_over(ms, "none", predicted_ratios)  # what each choice adds, measured and predicted
+    >>> profiles.nccl_kernels(record["profile"])   # each NCCL kernel's ms, in order (waits
+                                                   included)
+    >>> ms = profiles.kernel_ms({"none": r0, "full": r1})   # ms of kernels per step by kind, one
+                                                            column each
+    >>> profiles.extra_over(ms, "none", predicted_ratios)  # what each choice adds, measured and
+                                                           predicted
 
 Is a step bound by the GPU or by the host that feeds it? Kernels on several CUDA streams overlap, so
 the time the GPU is busy is the union of their intervals, not the sum of their durations. Set beside
@@ -20,7 +23,8 @@ step waits on the host (Python, per-layer work, launches, host-device syncs), an
 would not help.
 
     >>> profiles.gpu_busy(record["profile"])              # kernels, kernel_s, busy_s, span_s
-    >>> profiles.made_before(cfg, "2026-11-25T04:02:15Z")  # the newest record of cfg before a trainer change
+    >>> profiles.made_before(cfg, "2026-11-25T04:02:15Z")  # the newest record of cfg before a
+                                                           trainer change
     >>> profiles.compare({("MoE", "after"): (timed, profiled), ...})   # one row per pair
 
 Does communication hide behind compute? The time an NCCL stream's kernels run while compute kernels
@@ -33,7 +37,8 @@ Is the work balanced across ranks? A trainer that profiles every rank keeps each
 seconds by kind (`profile.ranks`) and its forward and backward seconds in one step
 (`profile.schedule.rank_seconds`):
 
-    >>> profiles.rank_times(profile)   # per global rank: attention_s, gemm_s, nccl_s, other_s, forward_s, backward_s
+    >>> profiles.rank_times(profile)   # per global rank: attention_s, gemm_s, nccl_s, other_s,
+                                       forward_s, backward_s
 """
 
 from __future__ import annotations

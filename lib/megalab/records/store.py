@@ -11,15 +11,18 @@ Safety rules, because runs are killed, crash and run side by side:
 - each record goes out as one `os.write` of its full bytes, then `fsync`;
 - readers take a shared lock on the same file, skip torn lines and records with wrongly typed
 fields,
-  and warn once with file:line and the reason; a process parses each state of a file once (the records
+  and warn once with file:line and the reason; a process parses each state of a file once (the
+  records
   handed out are shallow copies: their nested values are shared, read them, do not modify them);
 - `import_records` checks every line of another store's file first (a bad one refuses the whole
 file),
-  then merges it and skips ids already present, all or nothing: a write that fails (a full disk) is cut
+  then merges it and skips ids already present, all or nothing: a write that fails (a full disk) is
+  cut
   back to the size the file had under the lock, in every file the import touched;
 - only regular files are read or written: a symlinked, FIFO or device `runs.jsonl` (or lock) is
 refused
-  (StoreUnusable), and so is a line nested deeper than MAX_DEPTH or holding a number no float can hold;
+  (StoreUnusable), and so is a line nested deeper than MAX_DEPTH or holding a number no float can
+  hold;
 - `stream` reads one line at a time (the command line's `megalab results` over a store of any size).
 
 Answering a configuration from these records (`megalab.run`) lives in `results.py`.

@@ -1,13 +1,19 @@
 """Which records time a step cleanly, and how they group: by configuration (iterations and seed
 aside) and by the trainer that made them (records.TRAINER_CHANGES).
 
-    timings.timed(store, "H200")            # loose key -> (RunConfig, record): the newest clean timing of each
-    timings.repeats(store, "H200")          # (loose key, trainer revision) -> [(RunConfig, record), ...]
+    timings.timed(store, "H200")            # loose key -> (RunConfig, record): the newest clean
+                                            timing of each
+    timings.repeats(store, "H200")          # (loose key, trainer revision) -> [(RunConfig,
+                                            record), ...]
     timings.by_trainer(store, cfg, "H200")  # trainer revision -> cfg's clean timings
-    timings.side_by_side(store, "H100", 2)  # our trainer against the peer, timed alternately on one host
-    timings.graph_call(store, cfg, "H200")   # cfg without CUDA graphs and with each capture, alternated in one call
-    timings.group(store, "ch02.tp", "H200")  # a comparison group (specs.Group): per configuration, median and 95% CI
-    timings.one_group(records)               # the group the records form, or NotOneGroup with the reason
+    timings.side_by_side(store, "H100", 2)  # our trainer against the peer, timed alternately on
+                                            one host
+    timings.graph_call(store, cfg, "H200")   # cfg without CUDA graphs and with each capture,
+                                             alternated in one call
+    timings.group(store, "ch02.tp", "H200")  # a comparison group (specs.Group): per configuration,
+                                             median and 95% CI
+    timings.one_group(records)               # the group the records form, or NotOneGroup with the
+                                             reason
 
 A clean timing is an ok run on that GPU model, not retracted (errata), not profiled (slower steps),
 not packed beside other jobs on its host, not a warm-up run (records.WARMUP_TAG: the first run on a

@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 
 from megalab.runs.axes import model_parallel
-from megalab.runs.layout_rules import hierarchical_cp, problems  # re-exported: config.problems(cfg)
+from megalab.runs.layout_rules import hierarchical_cp, problems  # noqa: F401  (re-exported)
 from megalab.runs.shapes import PRESETS
 
 

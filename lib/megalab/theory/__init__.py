@@ -3,11 +3,14 @@
     parameters   parameters by part and per rank (what Megatron Core 0.16.1 builds)
     flops        FLOPs per step, TFLOP/s per GPU, MFU (Narayanan et al. 2021, eq. 3)
     activations  activation bytes per layer and per stage (Korthikanti et al. 2022, Table 2)
-    footprint    memory per GPU (and per pipeline stage): model state by ZeRO stage + activations (Rajbhandari et al. 2020)
+    footprint    memory per GPU (and per pipeline stage): model state by ZeRO stage + activations
+                 (Rajbhandari et al. 2020)
     collectives  bytes and time of one collective (ring algorithms, NCCL-tests' bus bandwidth)
     comm         communication per step by axis (tp, dp, cp, pp, ep)
-    context      context parallelism: the 2·cp-chunk split, causal work per rank, the ring's overlap (Liu et al. 2023)
-    pipeline     the bubble, the micro-batches in flight, the 1F1B and interleaved schedules (Narayanan et al. 2021 §2.2)
+    context      context parallelism: the 2·cp-chunk split, causal work per rank, the ring's
+                 overlap (Liu et al. 2023)
+    pipeline     the bubble, the micro-batches in flight, the 1F1B and interleaved schedules
+                 (Narayanan et al. 2021 §2.2)
     moe          active vs total parameters, token-dispatcher traffic (Fedus et al. 2021)
     step_time    a roofline step time
     stage_step   a pipeline's step from one stage's measured step, the bubble added

@@ -45,14 +45,19 @@ def activation_terms(
     byte):
       replicated  10   layernorm inputs 4, QKV and MLP inputs 2 + 2, two dropout masks 1 + 1:
                        kept whole on every TP rank; SP splits them t ways (§4.2.2). Without dropout
-                       (cfg.dropout == 0) no mask is kept (PyTorch's dropout returns its input at p = 0): 8
+                       (cfg.dropout == 0) no mask is kept (PyTorch's dropout returns its input at p
+                       = 0): 8
       attention   4 + 4g/a   Q, K, V for QKᵀ and softmax·V, output-projection input (MHA: 8)
       mlp         2(1+glu)·ffn/h   fc1 output and activation output (GPT, ffn = 4h: 16);
                        MoE: topk copies of each token's expert MLP plus its dispatched input
-      scores      5·a·s/h   softmax output 2, its dropout mask 1, dropout output 2 (×a·s²·b); gone with
-                       selective recompute, and never stored by fused (flash) attention. Kept at 5 without
-                       dropout too: the mask and dropout output go, but Megatron's unfused softmax (no fused
-                       kernel) then keeps its fp32 output and a bf16 copy (4 + 2), so 5 is the middle guess
+      scores      5·a·s/h   softmax output 2, its dropout mask 1, dropout output 2 (×a·s²·b); gone
+                  with
+                       selective recompute, and never stored by fused (flash) attention. Kept at 5
+                       without
+                       dropout too: the mask and dropout output go, but Megatron's unfused softmax
+                       (no fused
+                       kernel) then keeps its fp32 output and a bf16 copy (4 + 2), so 5 is the
+                       middle guess
     The paper's 34 = 10 + 8 + 16. TP splits attention, mlp and scores t ways; CP divides s (s →
     s/cp). Full recompute keeps only the layer input, 2·s·b·h (/t with SP), under "input". Selective
     recompute with "mlp" among cfg.recompute_modules (dense layers; Megatron checkpoints the MLP

@@ -62,7 +62,8 @@ def comm_bytes_per_step(cfg) -> dict:
     tp: per layer 2 all-reduces of the (s/cp, b, h) activation forward and 2 backward (Shoeybi
         et al. 2019 §3, Fig. 4); SP turns each into all-gather + reduce-scatter, same bytes, and
         keeps only this rank's tokens of the two column-parallel inputs, which the backward pass
-        all-gathers again for the weight gradient (Korthikanti et al. 2022 §4.2.2; TE's and Megatron's
+        all-gathers again for the weight gradient (Korthikanti et al. 2022 §4.2.2; TE's and
+        Megatron's
         linears alike): 2 more all-gathers per layer, 1.25x TP's bytes. Full recompute repeats the
         forward ones.
     dp: all-reduce of the rank's fp32 grads, 2(d−1)/d·4·P; distributed optimizer: reduce-scatter

@@ -112,10 +112,13 @@ def host_syncs_per_step(cfg, permute_fusion: bool | None = None) -> int:
     Each forward pass over a MoE layer, per micro-batch:
     alltoall: the routing metadata's device-to-host copy is waited for once
     (token_dispatcher.py:899,
-      `d2h_event.synchronize()`); unfused permutation (moe_permute_fusion False, Megatron's default) adds
-      two masked_select (moe_utils.py:369, 372), whose output size the host must read: 3, or 1 fused.
+      `d2h_event.synchronize()`); unfused permutation (moe_permute_fusion False, Megatron's
+      default) adds
+      two masked_select (moe_utils.py:369, 372), whose output size the host must read: 3, or 1
+      fused.
     allgather: tokens_per_expert `.cpu()` (token_dispatcher.py:295) and local_probs.masked_select
-      (token_dispatcher.py:304), plus the unfused permutation's masked_select (moe_utils.py:369): 3, or 2.
+      (token_dispatcher.py:304), plus the unfused permutation's masked_select (moe_utils.py:369):
+      3, or 2.
     The backward pass reuses the sizes and adds none. A dense layer has none. permute_fusion None:
     as the trainer runs it (fused with Transformer Engine, megalab.train.wiring).
     """

@@ -2,13 +2,14 @@
 loop.py).
 
     loop         the run, read top to bottom: Megatron's building blocks and a ~20-line loop
-    wiring       RunConfig -> Megatron Core's config objects, DDP, optimizer (the one long-name mapping)
+    wiring       RunConfig -> Megatron Core's configs, DDP, optimizer (the one long-name mapping)
     log          the metrics lines (budget, step, summary) and the collectives behind them
     hooks        the Probe protocol: where in the loop a measurement may act
     probes       optional measurements hooked into the loop; stage_clock is one of them
     workarounds  upstream bugs patched by one call, each with its versions and when to delete it
     weights      the layout-invariant init
-    parent       each rank dies with its torchrun (PR_SET_PDEATHSIG), even one killed with -9
+    parent       each rank dies with its torchrun (the parent-death signal)
+    args, dry_run  the command line; --dry-run's report on CPU
 
 Importing the package starts neither torch nor CUDA.
 """

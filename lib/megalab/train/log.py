@@ -167,6 +167,19 @@ def peak_tflops() -> float | None:
         return None
 
 
+def oom_line(rank: int, e: BaseException) -> dict:
+    """The error line of a rank that ran out of memory: where it ran out (the innermost frames) says
+    which allocation, when the numbers say it should have fit."""
+    return {
+        "kind": "error",
+        "status": "oom",
+        "rank": rank,
+        "error_type": "OutOfMemoryError",
+        "message": str(e)[:500],
+        "where": where(e),
+    }
+
+
 def where(e: BaseException, frames: int = 6) -> list[str]:
     """The innermost `frames` frames of an exception's traceback, "file:line in function" each,
     innermost last (paths from their site-packages or project folder on)."""

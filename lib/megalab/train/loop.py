@@ -1,24 +1,16 @@
 """Train a GPT with Megatron Core 0.16.1: one file, read top to bottom.
 
     torchrun --nproc_per_node=4 -m megalab.train --preset gpt-1.2b --tp 2 --pp 2 --mbs 4 --gbs 64
-    torchrun --nproc_per_node=4 -m megalab.train --preset gpt-1.2b --tp 2 --sp --dist-opt --overlap ...
+    torchrun --nproc_per_node=4 -m megalab.train --preset gpt-1.2b --tp 2 --sp --dist-opt --overlap
     torchrun --nproc_per_node=2 -m megalab.train --layers 4 --hidden 128 --heads 4 --vocab 1024 \\
-        --seq 64 --impl local --tp 2 --dry-run            # CPU: build the shards, count, exit
-
-Flags: every RunConfig field (megalab.flags), plus --run-dir DIR (where --profile writes), --dry-run
-(gloo on CPU: build every model chunk, print parameter counts, exit 0; Megatron cannot run a forward
-pass on CPU) and --profile (torch.profiler over steps 5-7 on every rank, and step 3's passes per
-pipeline stage in schedule.json; needs --iters >= 8). --gpus defaults to the torchrun world size.
+        --seq 64 --impl local --tp 2 --dry-run    # CPU: build the shards, count, exit (train.args)
 
 Output is the metrics protocol of megalab.metrics, one JSON object per line: a budget line
 (rank 0) before step 0, a step line every step and a summary line at the end (rank 0 too: the loss
 of the last pipeline stage reaches it in the per-step max-reduction). Errors are one JSON line too:
 {"kind": "error", "status": "invalid"|"oom", ...}, exit code 2 (invalid) or 1 (oom).
 
-This file is the run: flags, process groups, model, data, loss, loop. Beside it: `wiring` (RunConfig
--> Megatron's objects), `log` (the lines written), `probes` (optional measurements, hooked into the
-loop), `workarounds` (upstream bugs, patched by one call), `weights` (the layout-invariant init),
-`parent` (each rank dies with its torchrun).
+This file is the run; the modules beside it are listed in megalab.train's docstring.
 
 Every layout trains the same model on the same batches (--init layout_invariant, the default):
 weights drawn per global parameter name (megalab.train.weights), data per global sample number
@@ -26,78 +18,22 @@ weights drawn per global parameter name (megalab.train.weights), data per global
 CUDA_DEVICE_MAX_CONNECTIONS=1 is set before CUDA starts when tp > 1 or cp > 1 (wiring.environment).
 """
 
-import argparse
 import faulthandler
-import importlib.util
 import os
 import sys
 import time
 from functools import partial
 
-from megalab import data, theory
+from megalab import data
 from megalab.runs.config import InvalidLayout
-from megalab.runs.flags import add_config_args, config_from_args
+from megalab.train import dry_run, log, wiring, workarounds
 from megalab.train import probes as measure
-from megalab.train import workarounds
-from megalab.train.log import (
-    GIB,
-    all_gather,
-    budget,
-    emit,
-    is_oom,
-    max_over_ranks,
-    emit_nodes,
-    peak_tflops,
-    reduced_loss,
-    step_line,
-    summary_line,
-    where,
-)
+from megalab.train.args import checked_config, parse_args
 from megalab.train.parent import die_with_parent
 from megalab.train.weights import init_layout_invariant
-from megalab.train.wiring import (
-    build_training,
-    environment,
-    megatron_configs,
-    wire_schedule,
-    with_wgrad_fusion,
-)
 
 _T0 = time.time()  # start-up clock (torch and Megatron load later); $MEGALAB_LAUNCH_T wins if set
 _LAUNCH = float(os.environ.get("MEGALAB_LAUNCH_T", _T0))
-
-
-# -- config ---------------------------------------------------------------------------------------
-def parse_args(argv=None) -> argparse.Namespace:
-    p = add_config_args(argparse.ArgumentParser(description=__doc__.split("\n")[0]))
-    p.add_argument("--run-dir", default=None, help="folder for --profile output (default: cwd)")
-    p.add_argument(
-        "--dry-run", action="store_true", help="CPU + gloo: build the shards, count, exit"
-    )
-    p.add_argument(
-        "--profile",
-        action="store_true",
-        help="torch.profiler trace of steps 5-7 (rank 0), and step "
-        "3's forward and backward passes per pipeline stage (schedule.json)",
-    )
-    return p.parse_args(argv)
-
-
-def checked_config(args):
-    """RunConfig from the flags, gpus = world size; InvalidLayout says what to change."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    cfg = config_from_args(args)
-    if args.gpus is None:
-        cfg = cfg.replace(gpus=world)
-    problems = cfg.problems(te_available=importlib.util.find_spec("transformer_engine") is not None)
-    if cfg.gpus != world:
-        problems.append(
-            f"gpus={cfg.gpus} but torchrun started {world} processes: pass "
-            f"--nproc_per_node={cfg.gpus}"
-        )
-    if problems:
-        raise InvalidLayout("\n".join(problems))
-    return cfg
 
 
 # -- initialize_distributed -----------------------------------------------------------------------
@@ -216,11 +152,8 @@ def loss_func(loss_mask, output_tensor):
     mask = loss_mask.view(-1).float()
     loss = torch.sum(losses * mask)
     num_tokens = mask.sum().clone().detach().to(torch.int)
-    return (
-        loss,
-        num_tokens,
-        {"lm loss": torch.cat([loss.clone().detach().view(1), num_tokens.view(1)])},
-    )
+    logged = torch.cat([loss.clone().detach().view(1), num_tokens.view(1)])
+    return loss, num_tokens, {"lm loss": logged}
 
 
 def forward_step_func(data_iterator, model, probes=measure.Probe()):
@@ -233,13 +166,8 @@ def forward_step_func(data_iterator, model, probes=measure.Probe()):
     else:
         # (b, s/cp): 2 of 2*cp sequence chunks
         batch = get_batch_on_this_cp_rank(next(data_iterator))
-        out = model(
-            batch["tokens"],
-            batch["position_ids"],
-            None,
-            labels=batch["labels"],
-            loss_mask=batch["loss_mask"],
-        )
+        tokens, mask = batch["tokens"], batch["loss_mask"]
+        out = model(tokens, batch["position_ids"], None, labels=batch["labels"], loss_mask=mask)
         loss = partial(loss_func, batch["loss_mask"])
     probes.after_forward(model, out)
     return out, loss
@@ -257,32 +185,23 @@ def main(argv=None, probes: list | None = None) -> None:
         cfg = checked_config(args)
     except InvalidLayout as e:  # before anything starts: no process group, no CUDA
         if rank == 0:
-            emit({"kind": "error", "status": "invalid", "rank": rank, "message": str(e)})
+            log.emit({"kind": "error", "status": "invalid", "rank": rank, "message": str(e)})
             print(f"InvalidLayout: {str(e).splitlines()[0]}", file=sys.stderr, flush=True)
         sys.exit(2)
     if not args.dry_run:  # read when the CUDA context is created and when Transformer Engine loads
-        os.environ.update(environment(cfg))
+        os.environ.update(wiring.environment(cfg))
     # read when Megatron's import loads torch._dynamo: its jit_fuser ops then run eagerly
     if not cfg.compile:
         os.environ["TORCH_COMPILE_DISABLE"] = "1"
     try:
         train(cfg, args, rank, probes or [])
     except Exception as e:
-        if not is_oom(e):
+        if not log.is_oom(e):
             raise
         # one line per rank, then die at once: peers may hang in NCCL until torchrun kills them;
         # where it ran out (the innermost frames) says which allocation, when the numbers say it
         # should have fit
-        emit(
-            {
-                "kind": "error",
-                "status": "oom",
-                "rank": rank,
-                "error_type": "OutOfMemoryError",
-                "message": str(e)[:500],
-                "where": where(e),
-            }
-        )
+        log.emit(log.oom_line(rank, e))
         sys.stderr.flush()
         os._exit(1)
 
@@ -298,27 +217,27 @@ def train(cfg, args, rank: int, extra_probes: list) -> None:
 
     activations = measure.ActivationMemory()  # every step line reports it
     probes = measure.Probes([activations, *measure.for_run(cfg, args.profile), *extra_probes])
-    parallel, config, ddp_config, optim_config = megatron_configs(cfg, args.dry_run)
+    parallel, config, ddp_config, optim_config = wiring.megatron_configs(cfg, args.dry_run)
     probes.configure(cfg, config)
     startup["imports"] = since_launch()
     device = initialize_distributed(cfg, parallel, args.dry_run)
     startup["process_groups"] = since_launch()
-    emit_nodes()  # several nodes: node 0 records the run, with each node's machine
+    log.emit_nodes()  # several nodes: node 0 records the run, with each node's machine
     workarounds.apply(cfg, args.dry_run)
-    chunks = with_wgrad_fusion(config, lambda: build_chunks(cfg, config, args.dry_run))
-    per_rank = [
-        int(n)
-        for n in all_gather(sum(p.numel() for c in chunks for p in c.parameters()), device, "int64")
-    ]
+    chunks = wiring.with_wgrad_fusion(config, lambda: build_chunks(cfg, config, args.dry_run))
+    n_params = sum(p.numel() for c in chunks for p in c.parameters())
+    per_rank = [int(n) for n in log.all_gather(n_params, device, "int64")]
     if args.dry_run:
-        return dry_run(cfg, chunks, device, per_rank, rank)
+        return dry_run.report(cfg, chunks, device, per_rank, rank)
 
     startup["model"] = since_launch()
     if cfg.init == "layout_invariant":
         init_layout_invariant(chunks, cfg, device)
-    model, optimizer, scheduler = build_training(cfg, chunks, config, ddp_config, optim_config)
+    model, optimizer, scheduler = wiring.build_training(
+        cfg, chunks, config, ddp_config, optim_config
+    )
     startup["training_state"] = since_launch()
-    after_first_step = wire_schedule(config, model, optimizer, ddp_config)
+    after_first_step = wiring.wire_schedule(config, model, optimizer, ddp_config)
     run = measure.Run(cfg, rank, args.run_dir or ".", model, optimizer, config, ddp_config)
     data_iterator = get_data_iterator(cfg, device, len(model))
     from megatron.core.optimizer_param_scheduler import get_canonical_lr_for_logging
@@ -327,11 +246,11 @@ def train(cfg, args, rank: int, extra_probes: list) -> None:
     forward_backward_func = get_forward_backward_func()  # no pipelining, 1F1B, or interleaved 1F1B
     if rank == 0:
         # layout, parameters per rank, tokens per step, predicted memory
-        emit(budget(cfg, per_rank))
+        log.emit(log.budget(cfg, per_rank))
     probes.start(run)
     for m in model:
         m.train()
-    startup_s, peak = None, peak_tflops()
+    startup_s, peak = None, log.peak_tflops()
     startup["loop"] = since_launch()
     # -- the loop: zero_grad -> forward_backward_func (ends with finalize_model_grads) -> step ->
     # report
@@ -363,47 +282,19 @@ def train(cfg, args, rank: int, extra_probes: list) -> None:
             startup["first_step"] = round(startup_s, 2)
             after_first_step()
         # loss: last stage's
-        loss, *mem = max_over_ranks(device, reduced_loss(losses), activations.bytes())
+        loss, *mem = log.max_over_ranks(device, log.reduced_loss(losses), activations.bytes())
         if rank == 0:
-            emit(step_line(cfg, step, loss, grad_norm, lr, step_time, mem, peak))
+            log.emit(log.step_line(cfg, step, loss, grad_norm, lr, step_time, mem, peak))
         probes.after_step(step)
 
     probes.stop()
-    alloc = all_gather(torch.cuda.max_memory_allocated() / GIB, device)
-    reserved = all_gather(torch.cuda.max_memory_reserved() / GIB, device)
+    alloc = log.all_gather(torch.cuda.max_memory_allocated() / log.GIB, device)
+    reserved = log.all_gather(torch.cuda.max_memory_reserved() / log.GIB, device)
     if rank == 0:
-        emit(summary_line(cfg, startup_s, startup, alloc, reserved))
+        log.emit(log.summary_line(cfg, startup_s, startup, alloc, reserved))
     # a graphed run can hang past this point until killed; all is said
     if cfg.cuda_graphs != "none":
         sys.stdout.flush(), sys.stderr.flush()
         os._exit(0)
-    torch.distributed.barrier()
-    torch.distributed.destroy_process_group()
-
-
-def dry_run(cfg, chunks, device, per_rank: list, rank: int) -> None:
-    """Count (and, for small models, run the layout-invariant init on CPU), then stop."""
-    import torch
-    from megatron.core import parallel_state as ps
-
-    small = theory.params(cfg)["total"] <= 50_000_000
-    checksum = (
-        init_layout_invariant(chunks, cfg, device)
-        if cfg.init == "layout_invariant" and small
-        else None
-    )
-    emit(
-        {
-            "kind": "params",
-            "rank": rank,
-            "tp_rank": ps.get_tensor_model_parallel_rank(),
-            "pp_rank": ps.get_pipeline_model_parallel_rank(),
-            "ep_rank": ps.get_expert_model_parallel_rank(),
-            "params": sum(p.numel() for c in chunks for p in c.parameters()),
-            "init_checksum": checksum,
-        }
-    )
-    if rank == 0:
-        emit(budget(cfg, per_rank))
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()

@@ -1,7 +1,7 @@
 """Die with the parent: a rank whose torchrun is killed (even with kill -9) must not live on holding
 its GPU.
 
-    die_with_parent()   # first thing in a rank's main; also torchrun's preexec_fn in megalab.jobs.launch
+    die_with_parent()   # first in a rank's main; torchrun's preexec_fn in megalab.jobs.launch
 
 Linux only (prctl(2) PR_SET_PDEATHSIG): the kernel sends the signal when the thread that forked this
 process ends. Elsewhere it does nothing and returns False; the launcher's time limit stays the

@@ -2,7 +2,7 @@
 
     os.environ.update(environment(cfg))                                   # before CUDA and TE start
     parallel, config, ddp_config, optim_config = megatron_configs(cfg)   # the one long-name mapping
-    chunks = with_wgrad_fusion(config, build)                             # model chunks, fused wgrad
+    chunks = with_wgrad_fusion(config, build)                            # model chunks, fused wgrad
     model, optimizer, scheduler = build_training(cfg, chunks, config, ddp_config, optim_config)
     after_first_step = wire_schedule(config, model, optimizer, ddp_config)
 
