@@ -16,7 +16,16 @@ into `runs`.
 from __future__ import annotations
 
 from megalab.runs import presets
-from megalab.book.specs import ITERS, PARITY_ITERS, Fit, Parity, Profiled, degrees
+from megalab.book.specs import (
+    GROUP_ITERS,
+    ITERS,
+    PARITY_ITERS,
+    Fit,
+    Group,
+    Parity,
+    Profiled,
+    degrees,
+)
 
 LAYERS = (4, 8)  # two depths: their difference is what one layer keeps
 FIT_ITERS = 5  # a fit probe needs the peak of a step, not a timing
@@ -56,6 +65,11 @@ SEED_MBS = 4
 # SP implies (theory on an 80 GB H100 at TP 8: 76 GiB at mbs 4 before the CUDA context and
 # NCCL buffers, 61 at mbs 2, 54 at mbs 1 would fit; with SP 56, full recompute 52). On an
 # H200 all three fit: the row's peak is set beside 80 GB, not an OOM of its own
+
+
+# the recorded fits of BIG's model at TP 2 (fit_mbs): the largest micro-batch of TP + SP and of TP
+# with full recomputation, the two sides of the group `ch03.sp-vs-full`
+GROUP_FITS = {"tp_sp": 8, "tp_full": 63}
 
 
 def _pair(cfg) -> list:
@@ -194,6 +208,35 @@ def _modules(ts: list, iters: int) -> dict:
     }
 
 
+def _groups(gpus: int) -> dict:
+    """The comparison groups at TP 2 (from 2 GPUs on): gpt-8.3b's throughput at the largest
+    micro-batch each side fits (TP + SP against full recomputation, GROUP_FITS), and what selective
+    (core_attn), MLP and full recomputation cost at TP 2 + SP's micro-batch. Both run eager:
+    Megatron graphs no full recomputation outside a whole-iteration graph, nor a selective one
+    that draws dropout (layout_rules). The host-bound risk is small at this size (one 72-layer
+    micro-batch of 8 × 2048 tokens: 1.0 s a step eager on record, about 0.36 s of it host work); the
+    profiled member gives the GPU-busy share."""
+    if gpus < 2:
+        return {}
+    big = _big(2, GROUP_ITERS).replace(gpus=2, tp=2, cuda_graphs="none")
+    sized = lambda name: big.replace(  # noqa: E731
+        mbs=GROUP_FITS[name], gbs=GROUP_FITS[name], **_variants(2)[name]
+    )
+    sp = sized("tp_sp")
+    return {
+        "sp_vs_full": Group("ch03.sp-vs-full", [sp, sized("tp_full")]),
+        "recompute": Group(
+            "ch03.recompute",
+            [
+                sp,
+                sp.replace(recompute="selective"),
+                sp.replace(recompute="selective", recompute_modules=MODULES),
+                sp.replace(recompute="full"),
+            ],
+        ),
+    }
+
+
 def runs(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
     """What the records answer: one layer term by term, what recompute costs on one GPU and where
     its time goes (profiled steps), the largest micro-batch with and without full recompute; TP and
@@ -242,6 +285,8 @@ def runs(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
         "parity_selective": [
             _stable(t, recompute="selective") for t in ts if t in RECORDED_SP_SELECTIVE_PARITY
         ],
+        # timed on one host, alternated (eager: see _groups)
+        "groups": _groups(gpus),
     }
 
 

@@ -16,7 +16,16 @@ table row by row (global batch 8, none recorded yet).
 from __future__ import annotations
 
 from megalab.runs import presets
-from megalab.book.specs import ITERS, PARITY_ITERS, Fit, Parity, Profiled, degrees
+from megalab.book.specs import (
+    GROUP_ITERS,
+    ITERS,
+    PARITY_ITERS,
+    Fit,
+    Group,
+    Parity,
+    Profiled,
+    degrees,
+)
 
 SEQS = (2048, 4096, 8192, 16384, 32768, 65536)  # one GPU, up to the out-of-memory point
 # a2a+p2p needs cp >= 4 (a2a inside pairs, p2p between)
@@ -40,6 +49,25 @@ SEED_GPUS = 8
 SEED_GBS = 8
 # its lengths: the CP sweep at the first, the comm types at both
 SEED_SEQS = (4096, 16384)
+
+
+# the comparison group's lengths and comm types on two GPUs (CP 2 against one GPU)
+GROUP_SEQS = (BASE_SEQ, 2 * BASE_SEQ)
+GROUP_COMM = ("p2p", "all_gather")
+
+
+def _groups(gpus: int) -> dict:
+    """CP's speed-up against sequence length per comm type, timed on one host, alternated, with
+    CUDA graphs: one GPU and CP 2 with each of GROUP_COMM at each of GROUP_SEQS (6 runs); CP 2 p2p
+    at the longer length profiled. From 2 GPUs on."""
+    if gpus < 2:
+        return {}
+    base = _base(GROUP_ITERS).replace(cuda_graphs="te")
+    one = [base.replace(seq=s) for s in GROUP_SEQS]
+    cp2 = [
+        base.replace(gpus=2, cp=2, cp_comm=kind, seq=s) for kind in GROUP_COMM for s in GROUP_SEQS
+    ]
+    return {"cp": Group("ch04.cp", one + cp2, profiled=len(one) + len(GROUP_SEQS) - 1)}
 
 
 def _base(iters: int):
@@ -151,6 +179,7 @@ def runs(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
         **cp,
         # 6. still correct: the recorded CP 4 parity of each comm type
         "parity": [_parity(4, kind) for kind in COMM],
+        "groups": _groups(gpus),
     }
 
 

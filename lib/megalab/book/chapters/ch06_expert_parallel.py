@@ -22,7 +22,16 @@ from __future__ import annotations
 
 from megalab.runs import presets
 from megalab.records.schema import TRAINER_CHANGES
-from megalab.book.specs import ITERS, PARITY_ITERS, Fit, Parity, Profiled, degrees
+from megalab.book.specs import (
+    GROUP_ITERS,
+    ITERS,
+    PARITY_ITERS,
+    Fit,
+    Group,
+    Parity,
+    Profiled,
+    degrees,
+)
 
 EXPERTS = (64, 128, 256)  # the seed's rows: more experts at the same active compute
 PROFILE_ITERS = 10  # the profiler traces steps 5-7
@@ -38,6 +47,29 @@ QUEUED: dict = {}
 SPREAD_TAG = "spread"
 FIT_ITERS = 5  # a fit probe needs the peak of a step, not a timing
 GPU = "H200"  # the reference records' GPU: the fits probe its memory
+
+
+# the comparison group's micro-batch (4 sequences per GPU as one micro-batch) and GPUs
+GROUP_MBS, GROUP_GPUS = 4, 2
+
+
+def _groups(gpus: int) -> dict:
+    """DP, DP + distributed optimizer, EP and both dispatchers on GROUP_GPUS GPUs at micro-batch
+    GROUP_MBS with forced balance (the vuiseng9/megatron-tutorials series' setting), timed on one
+    host, alternated, with TE's CUDA graphs (attention and router captured, experts eager); EP
+    alltoall profiled. From 2 GPUs on."""
+    if gpus < GROUP_GPUS:
+        return {}
+    wide = _base(GROUP_ITERS).replace(
+        gpus=GROUP_GPUS,
+        mbs=GROUP_MBS,
+        gbs=GROUP_MBS * GROUP_GPUS,
+        moe_balance="force",
+        cuda_graphs="te",
+    )
+    dp = [wide.replace(dist_opt=o) for o in (False, True)]
+    ep = [wide.replace(ep=GROUP_GPUS, moe_dispatcher=d) for d in ("alltoall", "allgather")]
+    return {"ep": Group("ch06.ep", dp + ep, profiled=len(dp))}
 
 
 def _base(iters: int):
@@ -88,6 +120,7 @@ def runs(gpus: int = 2, iters: int = ITERS) -> dict:
             )
             for d in ("alltoall", "allgather")
         ],
+        "groups": _groups(gpus),
     }
 
 
