@@ -298,3 +298,69 @@ def test_a_group_is_recorded_when_every_configuration_ran_each_round_and_its_pro
         line.startswith(group.tag)
         for line in recording.plan("ch05", missing_only=True, store=store)
     )
+
+
+# the next comparison groups (issue 44 item 4): lesson name -> configurations, on two GPUs
+NEXT_GROUPS = {
+    "ch03": {"sp_vs_full": 2, "recompute": 4},
+    "ch04": {"cp": 6},
+    "ch06": {"ep": 4},
+}
+
+
+def _recorded_fits() -> dict:
+    """ch03's recorded fits of gpt-8.3b at TP 2: layout -> the largest micro-batch that ran."""
+    fits = chapters.runs("ch03", 2)["fit_mbs"][2]
+    return {
+        name: fits[name].run(mode="cached", quiet=True).largest for name in ("tp_sp", "tp_full")
+    }
+
+
+@pytest.mark.parametrize("chapter", list(NEXT_GROUPS))
+def test_the_next_groups_validate_and_fit_an_h200(chapter):
+    """Each group of ch03, ch04 and ch06 is on two GPUs from `gpus` 2 on (none on one), every
+    configuration starts on a 4x H200 host with TE and fits an H200 by theory's memory model, or,
+    for ch03's full recomputation at its recorded largest micro-batch, by its record (theory is
+    pessimistic there). Graphed, as every recorded group, but where layout_rules forbid it
+    (recompute full)."""
+    from megalab import theory
+
+    assert not list(specs.groups(chapters.runs(chapter, 1)))
+    found = chapters.runs(chapter, 2)["groups"]
+    assert {k: len(g.configs) for k, g in found.items()} == NEXT_GROUPS[chapter]
+    for g in found.values():
+        assert g.name.startswith(chapter + ".") and g.rounds == 2
+        eager = any(c.recompute == "full" for c in g.configs)
+        for cfg in g.configs:
+            cfg.validate(gpus_available=4, te_available=True, gpu_name="H200")
+            assert (cfg.gpus, cfg.iters) in ((1, specs.GROUP_ITERS), (2, specs.GROUP_ITERS))
+            assert cfg.cuda_graphs == ("none" if eager else "te"), cfg.label
+            fits = theory.plan(cfg)["memory_gib"]["fits"]
+            assert fits or (chapter, cfg.recompute, cfg.mbs) == ("ch03", "full", 63), cfg.label
+    assert list(specs.groups(chapters.runs(chapter, 4))) == list(found.values())
+
+
+def test_ch03_groups_read_the_recorded_fits():
+    """sp_vs_full sets TP + SP and full recomputation each at the largest micro-batch recorded."""
+    from megalab.book.chapters import ch03_sequence_parallel as ch03
+
+    assert ch03.GROUP_FITS == _recorded_fits()
+    sp, full = chapters.runs("ch03", 2)["groups"]["sp_vs_full"].configs
+    assert (sp.sp, sp.mbs, full.recompute, full.mbs) == (True, 8, "full", 63)
+
+
+@pytest.mark.parametrize("chapter", list(NEXT_GROUPS))
+def test_the_next_groups_print_alternated(chapter, tmp_path):
+    """`megalab experiments chNN --gpus 2 --host-gpus 4 --missing` on an empty store prints each
+    group first, as one block: the warm-up, the configurations A B C A B C, the profiled run."""
+    lines = recording.plan(chapter, 2, missing_only=True, store=Store(tmp_path), host_gpus=4)
+    at = 0
+    for g in specs.groups(chapters.runs(chapter, 2)):
+        block = g.plan_lines()
+        assert lines[at : at + len(block)] == block
+        n = len(g.configs)
+        timed = block[1:-1]
+        assert len(timed) == 2 * n and timed[:n] == timed[n:]
+        assert len(set(timed[:n])) == n and all(line.startswith(g.tag + "! ") for line in timed)
+        assert block[0].startswith("warmup! ") and block[-1] == timed[g.profiled] + " --profile"
+        at += len(block)
