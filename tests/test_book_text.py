@@ -1,6 +1,6 @@
 """The rewritten chapters (megalab.book.frame.REWRITTEN) keep the reader-path budgets of
-megalab.book.budgets: prose words, glue, {eval} said above its read, cell size, parameters; their Evidence pages sit under them
-in _toc.yml and are exempt."""
+megalab.book.budgets: prose words, glue, {eval} said above its read, cell size, parameters; their
+Evidence pages sit under them in _toc.yml and are exempt."""
 
 import json
 from pathlib import Path
