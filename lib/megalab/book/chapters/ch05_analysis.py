@@ -182,9 +182,21 @@ def rank_work(profile: dict):
     return out.reset_index()
 
 
+def _model(cfg) -> str:
+    """The model's name, with its layers where a run keeps only some ('gpt-8.3b, first 36
+    layers': one pipeline stage's worth, alone on one GPU)."""
+    from megalab.runs import presets
+
+    try:
+        full = presets.get(cfg.name).layers
+    except (KeyError, ValueError):
+        return cfg.name
+    return cfg.name if cfg.layers == full else f"{cfg.name}, first {cfg.layers} layers"
+
+
 def runs_table(results):
     """Runs outside any comparison group, one row each, for the evidence page: configuration
-    (model, layout, micro-batches), mbs, step_s (median step after warm-up), mfu, host (machine,
+    (model, its layers when a run keeps only some, layout, micro-batches), mbs, step_s (median step after warm-up), mfu, host (machine,
     and its CPU count where recorded), recorded (the day) and recording (1, 2, ...: runs of one host
     and one trainer build share a number, numbered in order of their first run)."""
     import pandas as pd
@@ -199,7 +211,7 @@ def runs_table(results):
         build = builds.setdefault((host, rec.get("git_commit")), len(builds) + 1)
         rows.append(
             {
-                "configuration": f"{c.name}, {layout(c)}, m = {c.num_microbatches}",
+                "configuration": f"{_model(c)}, {layout(c)}, m = {c.num_microbatches}",
                 "mbs": c.mbs,
                 "step_s": float(r.summary["step_time_s"]),
                 "mfu": float(r.summary["mfu"]),
