@@ -280,7 +280,8 @@ class Calibration:
         }
 
     def frame(self):
-        """One row per usable record: label, key, id, family, set ("fit" or "held out"), measured_s,
+        """One row per usable record: label, key, cfg (its RunConfig), id, family, set ("fit" or
+        "held out"), measured_s,
         roofline_s (before), predicted_s (after), their relative errors, and the predicted terms."""
         return self.records.copy()
 
@@ -376,6 +377,7 @@ def _calibration(name, cfgs, measured, ids, rates, fixed=None, start=None, held=
         {
             "label": [c.label for c in cfgs],
             "key": [c.key for c in cfgs],
+            "cfg": cfgs,
             "id": ids,
             "family": [family(c) for c in cfgs],
             "set": np.where(held, "held out", "fit"),

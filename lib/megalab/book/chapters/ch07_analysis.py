@@ -39,12 +39,14 @@ CASE_WORDS = {
 
 def case_picks(cal, gpus: int, mode: str = "cached", gpu: str = "H200"):
     """One row per frozen pick of every case recorded on `gpus` GPUs: case (in words), gpus, pick,
-    picked_as, layout (frame.describe), predicted_s (cal), status, measured_s (None unless it
+    picked_as, layout (frame.describe), predicted_s (cal), mem_gib (theory.memory), status,
+    measured_s (None unless it
     trained), error (predicted / measured − 1), rank (predicted, among the case's eight) and
     measured_rank (among those that trained)."""
     import pandas as pd
 
     import megalab
+    from megalab import theory
     from megalab.book.chapters import ch07_choosing_a_layout as ch07
     from megalab.book.frame import describe
 
@@ -61,6 +63,7 @@ def case_picks(cal, gpus: int, mode: str = "cached", gpu: str = "H200"):
                     "picked_as": ch07.WHY[key],
                     "layout": f"{describe(cfg)}, micro-batch {cfg.mbs}",
                     "predicted_s": cal.predict(cfg)["total_s"],
+                    "mem_gib": theory.memory(cfg, gpu)["total"],
                     "status": r.status,
                     "measured_s": step,
                 }
