@@ -19,6 +19,7 @@ from __future__ import annotations
 __all__ = [
     "GROUPS",
     "CASE_WORDS",
+    "CONSTANT_WORDS",
     "case_picks",
     "ranking_tests",
     "graphed_check",
@@ -30,6 +31,15 @@ __all__ = [
 
 # the comparison groups with CUDA graphs that the step-time model is checked against
 GROUPS = ("ch01.dp-weak", "ch02.tp", "ch05.vpp")
+# the step-time model's constants as the chapter's formula names them
+CONSTANT_WORDS = {
+    "gemm_eff": "GEMM efficiency, e_gemm",
+    "gemm_width": "hidden size of half of it, w_gemm",
+    "attn_eff": "attention efficiency, e_attn",
+    "host_layer": "host time per layer and micro-batch, h_layer",
+    "comm_call": "cost per blocking collective, c_call",
+    "expert_gemm": "host time per expert GEMM, h_expert",
+}
 CASE_WORDS = {
     "dense_4k": "Llama 3 8B, 4k tokens",
     "long_32k": "Llama 3 8B, 32k tokens",
@@ -80,7 +90,8 @@ def case_picks(cal, gpus: int, mode: str = "cached", gpu: str = "H200"):
 def ranking_tests(picks):
     """Per case and GPU count (case_picks' rows): trained (of the eight), rank_corr (Spearman, over
     those that trained), first (the model's first pick), first_status, first_x (its measured step
-    over the fastest's; None when it did not train), err_lo and err_hi (the range of step errors)."""
+    over the fastest's; None when it did not train), err_lo and err_hi (the range of step
+    errors)."""
     import pandas as pd
 
     rows = []
@@ -114,8 +125,8 @@ def graphed_check(cal, refit, gpu: str = "H200", store=None, groups=GROUPS):
     words), launch ("CUDA graphs" or "eager"), measured_ms (the group's median) with lo_ms and
     hi_ms (its 95% interval), gpu_busy (the group's profiled share, on every row of it), eager_ms
     and eager_err (`cal`, fitted on eager runs), refit_ms and refit_err (`refit`, its host constants
-    re-fitted on this host's graphed runs: calibration.calibrate_host), refit_set ("fit", "held out"
-    or "–" where the refit never saw the row: an eager run)."""
+    re-fitted on this host's graphed runs: calibration.calibrate_host; NaN for an eager run, which
+    it does not describe), refit_set ("fit", "held out", or "–" for an eager run)."""
     import pandas as pd
 
     from megalab.records import timings
@@ -126,8 +137,9 @@ def graphed_check(cal, refit, gpu: str = "H200", store=None, groups=GROUPS):
         g = timings.group(store, name, gpu)
         for _, row in g.iterrows():
             cfg = row["cfg"]
-            eager, again = (m.predict(cfg)["total_s"] * 1e3 for m in (cal, refit))
             graphed = cfg.cuda_graphs != "none"
+            eager = cal.predict(cfg)["total_s"] * 1e3
+            again = refit.predict(cfg)["total_s"] * 1e3 if graphed else float("nan")
             rows.append(
                 {
                     "group": name,
@@ -246,14 +258,15 @@ def megalab_command(cfg, mode: str = "live") -> str:
 
 
 def constants_table(cals: dict):
-    """One row per step-model constant: constant, unit, meaning, then each calibration's value
+    """One row per step-model constant: constant (CONSTANT_WORDS), unit, meaning, then each
+    calibration's value
     (column: its name in `cals`), and `records_<name>`: how many of its fit runs depend on it."""
     import pandas as pd
 
     first = next(iter(cals.values()))
     df = pd.DataFrame(
         {
-            "constant": [c.name for c in first.constants],
+            "constant": [CONSTANT_WORDS.get(c.name, c.name) for c in first.constants],
             "unit": [c.unit for c in first.constants],
             "meaning": [c.meaning for c in first.constants],
         }
