@@ -49,8 +49,8 @@ CASE_WORDS = {
 
 def case_picks(cal, gpus: int, mode: str = "cached", gpu: str = "H200"):
     """One row per frozen pick of every case recorded on `gpus` GPUs: case (in words), gpus, pick,
-    picked_as, layout (frame.describe), predicted_s (cal), mem_gib (theory.memory), status,
-    measured_s (None unless it
+    cfg (its RunConfig), picked_as, layout (frame.describe), predicted_s (cal), mem_gib
+    (theory.memory), status, measured_s (None unless it
     trained), error (predicted / measured − 1), rank (predicted, among the case's eight) and
     measured_rank (among those that trained)."""
     import pandas as pd
@@ -70,6 +70,7 @@ def case_picks(cal, gpus: int, mode: str = "cached", gpu: str = "H200"):
                     "case": CASE_WORDS[name],
                     "gpus": gpus,
                     "pick": key,
+                    "cfg": cfg,
                     "picked_as": ch07.WHY[key],
                     "layout": f"{describe(cfg)}, micro-batch {cfg.mbs}",
                     "predicted_s": cal.predict(cfg)["total_s"],
