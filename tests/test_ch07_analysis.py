@@ -88,6 +88,10 @@ def test_graphed_check_sets_both_models_beside_the_groups(cal, refit):
     assert (graphed["eager_err"] > 0).all() and graphed["refit_err"].abs().max() < 0.2
     assert len(eager) == 1 and eager["refit_ms"].isna().all() and (eager["refit_set"] == "–").all()
     assert set(graphed["refit_set"]) <= {"fit", "held out"}
+    points = ch07.graphed_points(g)
+    assert len(points) == 2 * len(graphed) and points["predicted_s"].notna().all()
+    eager_pts = points[points["model"] == "eager model"]
+    assert (eager_pts["predicted_s"] > eager_pts["measured_s"]).all()
 
 
 def test_a_ranking_carries_its_error_bars(cal):

@@ -23,6 +23,7 @@ __all__ = [
     "case_picks",
     "ranking_tests",
     "graphed_check",
+    "graphed_points",
     "ranked",
     "ranking_figure",
     "megalab_command",
@@ -158,6 +159,29 @@ def graphed_check(cal, refit, gpu: str = "H200", store=None, groups=GROUPS):
                 }
             )
     return pd.DataFrame(rows)
+
+
+def graphed_points(graphed):
+    """graphed_check's graphed rows, one point per row and model, for charts.predicted_vs_measured:
+    label (the layout), measured_s, predicted_s, model ("eager model" or "re-fitted on graphed
+    runs"), set (the re-fit's "fit" or "held out"; "fit" for every eager-model point)."""
+    import pandas as pd
+
+    rows = graphed[graphed["launch"] == "CUDA graphs"]
+    parts = []
+    for model, col in (("eager model", "eager_ms"), ("re-fitted on graphed runs", "refit_ms")):
+        parts.append(
+            pd.DataFrame(
+                {
+                    "label": rows["layout"],
+                    "measured_s": rows["measured_ms"] / 1e3,
+                    "predicted_s": rows[col] / 1e3,
+                    "model": model,
+                    "set": rows["refit_set"] if col == "refit_ms" else "fit",
+                }
+            )
+        )
+    return pd.concat(parts, ignore_index=True)
 
 
 def ranked(ranking, cal, level: float = 0.8):
