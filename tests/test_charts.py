@@ -3,7 +3,6 @@ renderer works, and importing it changes nothing. The figures are tested in
 tests/test_charts_<module>.py."""
 
 import importlib.util
-
 import json
 import re
 import subprocess
