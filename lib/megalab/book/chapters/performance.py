@@ -93,7 +93,8 @@ def pairs(frames: dict, fusion_from: str | None = None):
     'CUDA graphs'), host (1, 2, ... in the order of that frame's recordings), ours_ms, peer_ms,
     ratio, ratio_lo, ratio_hi, apart (the quartile ranges do not overlap: the gap is beyond the
     steps' scatter) and fusion_equal: both sides accumulated weight gradients unfused (our runs
-    predate `fusion_from`, the trainer change that turned the fusion on; records.TRAINER_CHANGES)."""
+    predate `fusion_from`, the trainer change that turned the fusion on;
+    records.TRAINER_CHANGES)."""
     import pandas as pd
 
     if fusion_from is None:
