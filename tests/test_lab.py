@@ -78,6 +78,11 @@ def _jupyter_lab(tmp_path: Path, notebooks: Path):
             )
         },
     )
+    # every cell attached to the page: the test reads them all at once, while JupyterLab's default
+    # windowing renders (and evaluates the {eval} of) a markdown cell only as it scrolls into view
+    settings = Path(env["JUPYTERLAB_SETTINGS_DIR"]) / "@jupyterlab" / "notebook-extension"
+    settings.mkdir(parents=True)
+    (settings / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
     log_path = tmp_path / "server.log"
     log = open(log_path, "w")
     server = subprocess.Popen(
@@ -245,6 +250,7 @@ def test_chapter_02_run_in_jupyterlab_shows_its_numbers_and_folds_its_solutions(
         text = cell["text"]
         assert text and "{eval}" not in text and "{glue" not in text, text
         assert "NameError" not in text and "Traceback" not in text, text
+        assert cell["expressions"] is not None, f"never evaluated: {cell['source'][:200]}"
         for name, result in zip(EVAL.findall(cell["source"]), cell["expressions"]):
             assert result["result"]["status"] == "ok", (name, result)
             shown = shown_text(result["result"]["data"]["text/plain"])
