@@ -78,6 +78,10 @@ def test_the_group_reads_speedup_over_dp():
     # 4 sequences of 4096 tokens per GPU in 0.3 s
     assert t["tokens_s"].iloc[2] == pytest.approx(4 * 4096 / 0.3)
     assert t.attrs["gpu_busy"] == 0.8
+    bars = ch06.beside_series(t)
+    assert list(bars["who"].unique()) == [ch06.MEASURED, ch06.SERIES_NAME]
+    assert bars["speedup"].iloc[2] == pytest.approx(390 / 300)
+    assert bars["speedup"].iloc[-1] == pytest.approx(337 / 256)
     with pytest.raises(LookupError, match="no DP run"):
         ch06.ep_group(g.iloc[2:])
 
@@ -142,3 +146,18 @@ def test_the_heatmap_keeps_the_quantitys_range(balance):
     fig = ch06.routing_heatmap(balance["auxiliary loss"], "t")
     (trace,) = fig.data
     assert (trace.zmin, trace.zmax) == (1.0, 8.0) and trace.zmid is None
+
+
+def test_micro_batches_and_fits_are_rows():
+    ch = chapters.runs("ch06", 2)
+    runs = {
+        ("64 experts", m): megalab.run(c, "cached", quiet=True)
+        for m, c in ch["micro_batch"].items()
+    }
+    mb = ch06.micro_batches(runs)
+    assert list(mb["mbs"]) == [1, 2, 4] and mb["step_s"].is_monotonic_decreasing
+    four = ch["layouts"][4]["fit_experts"]
+    found = {4: {k: f.run("cached", quiet=True) for k, f in four.items()}}
+    rows = ch06.fits(found, {4: four}).set_index(["layout", "what"])["experts"]
+    assert rows[("EP, 4 GPUs", "measured")] == 576
+    assert rows[("EP, 4 GPUs", "predicted")] == four["EP"].predicted

@@ -7,6 +7,9 @@ the vuiseng9/megatron-tutorials series, and what the routing records say.
     g = timings.group(None, "ch06.ep", "H200")    # medians, 95% intervals: one host, runs alone
     ch06_analysis.ep_group(g)                     # layouts in words, speed-up over DP, MFU
     ch06_analysis.series()                        # the series' two runs: DP 8 + ZeRO, EP 8 on H100
+    ch06_analysis.beside_series(ep_group(g))      # speed-ups over the distributed optimizer, both
+    ch06_analysis.micro_batches(runs)             # one GPU: step and MFU per micro-batch size
+    ch06_analysis.fits(found, specs)              # the largest expert count, measured and predicted
     ch06_analysis.step_imbalance(records)         # busiest expert over the mean, per step
     ch06_analysis.over_steps(record)              # one step at a time, and all steps summed
     ch06_analysis.random_router(32768, 64, 8)     # a random router's busiest expert over the mean
@@ -27,6 +30,9 @@ __all__ = [
     "memory",
     "layouts",
     "ep_group",
+    "beside_series",
+    "micro_batches",
+    "fits",
     "series_configs",
     "series",
     "expert_weight_ratio",
@@ -45,6 +51,8 @@ SERIES_URL = "https://github.com/vuiseng9/megatron-tutorials/blob/main/05-ep-moe
 # positions), 8 H100s, micro-batch 4, global batch 32, sequences of 4096, forced balance; step ms
 SERIES_MS = {"DP 8 + distributed optimizer": 337.0, "EP 8": 256.0}
 SERIES_GPU = "H100"
+SERIES_NAME = "vuiseng9/megatron-tutorials: 8 H100s, GELU"
+MEASURED = "measured: 2 H200s, SwiGLU"
 
 
 def layout(cfg) -> str:
@@ -152,6 +160,47 @@ def ep_group(g):
     )
     out.attrs.update(gpu_busy=g.attrs.get("gpu_busy"), host=g.attrs.get("host"))
     return out
+
+
+def beside_series(t):
+    """Rows for charts.grouped_bars: layout, who ('measured: 2 H200s, SwiGLU' or the series') and
+    speedup over each side's DP + distributed optimizer, from ep_group's table `t` and series()."""
+    import pandas as pd
+
+    zo = t.loc[t["layout"].str.endswith("distributed optimizer"), "median_ms"]
+    if len(zo) != 1:
+        raise LookupError("the group has no one DP + distributed optimizer run to compare with")
+    ours = t.assign(who=MEASURED, speedup=float(zo.iloc[0]) / t["median_ms"])
+    theirs = series().assign(who=SERIES_NAME)
+    cols = ["layout", "who", "speedup"]
+    return pd.concat([ours[cols], theirs[cols]], ignore_index=True)
+
+
+def micro_batches(runs: dict):
+    """One row per run ((model, micro-batch) -> results.Result): model, mbs, step_s, mfu."""
+    import pandas as pd
+
+    return pd.DataFrame(
+        [
+            {"model": name, "mbs": m, "step_s": r.summary["step_time_s"], "mfu": r.summary["mfu"]}
+            for (name, m), r in runs.items()
+        ]
+    )
+
+
+def fits(found: dict, specs: dict):
+    """The largest expert count per layout and GPU count: found {gpus: {layout: fit result}},
+    specs {gpus: {layout: specs.Fit}}; rows layout ('EP, 2 GPUs'), what ('measured' or
+    'predicted'), experts."""
+    import pandas as pd
+
+    rows = [
+        {"layout": f"{name}, {g} GPUs", "what": what, "experts": n}
+        for g, done in found.items()
+        for name in done
+        for what, n in (("measured", done[name].largest), ("predicted", specs[g][name].predicted))
+    ]
+    return pd.DataFrame(rows)
 
 
 def series_configs() -> dict:
