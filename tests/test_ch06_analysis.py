@@ -161,3 +161,11 @@ def test_micro_batches_and_fits_are_rows():
     rows = ch06.fits(found, {4: four}).set_index(["layout", "what"])["experts"]
     assert rows[("EP, 4 GPUs", "measured")] == 576
     assert rows[("EP, 4 GPUs", "predicted")] == four["EP"].predicted
+
+
+def test_run_rows_keep_a_failed_run(two):
+    runs = {n: megalab.run(c, "cached", quiet=True) for n, c in two["experts_dp"].items()}
+    rows = ch06.run_rows(runs, "H200").set_index("run")
+    assert rows.loc[64, "status"] == "ok" and rows.loc[64, "step_ms"] > 0
+    assert rows.loc[256, "status"] != "ok" and rows.loc[256, "predicted_gib"] > 141
+    assert (rows["token_gb"] == 0).all()  # DP sends no tokens

@@ -9,6 +9,7 @@ the vuiseng9/megatron-tutorials series, and what the routing records say.
     ch06_analysis.series()                        # the series' two runs: DP 8 + ZeRO, EP 8 on H100
     ch06_analysis.beside_series(ep_group(g))      # speed-ups over the distributed optimizer, both
     ch06_analysis.micro_batches(runs)             # one GPU: step and MFU per micro-batch size
+    ch06_analysis.run_rows(runs, "H200")          # the evidence page: one row per earlier run
     ch06_analysis.fits(found, specs)              # the largest expert count, measured and predicted
     ch06_analysis.step_imbalance(records)         # busiest expert over the mean, per step
     ch06_analysis.over_steps(record)              # one step at a time, and all steps summed
@@ -32,6 +33,7 @@ __all__ = [
     "ep_group",
     "beside_series",
     "micro_batches",
+    "run_rows",
     "fits",
     "series_configs",
     "series",
@@ -186,6 +188,33 @@ def micro_batches(runs: dict):
             for (name, m), r in runs.items()
         ]
     )
+
+
+def run_rows(runs: dict, gpu: str):
+    """One row per run (name -> results.Result), for the evidence page: run, status, step_ms, mfu,
+    measured_gib, predicted_gib, token_gb (theory's token bytes per GPU per step) and cpus (its
+    host's CPU cores)."""
+    import pandas as pd
+
+    from megalab import theory
+    from megalab.theory import moe
+
+    rows = []
+    for name, r in runs.items():
+        s = r.summary
+        rows.append(
+            {
+                "run": name,
+                "status": r.status,
+                "step_ms": 1e3 * s["step_time_s"] if s.get("step_time_s") else None,
+                "mfu": s.get("mfu"),
+                "measured_gib": s.get("mem_reserved_peak_gib"),
+                "predicted_gib": moe.memory_by_part(r.config, gpu)["total"],
+                "token_gb": theory.comm_bytes_per_step(r.config)["ep"] / 1e9,
+                "cpus": (r.record.get("env") or {}).get("cpu_count"),
+            }
+        )
+    return pd.DataFrame(rows)
 
 
 def fits(found: dict, specs: dict):
