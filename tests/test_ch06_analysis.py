@@ -169,3 +169,8 @@ def test_run_rows_keep_a_failed_run(two):
     assert rows.loc[64, "status"] == "ok" and rows.loc[64, "step_ms"] > 0
     assert rows.loc[256, "status"] != "ok" and rows.loc[256, "predicted_gib"] > 141
     assert (rows["token_gb"] == 0).all()  # DP sends no tokens
+
+
+def test_parity_curves_are_named_in_words():
+    par = chapters.runs("ch06", 2)["layouts"][4]["parity"][0].run("cached", quiet=True)
+    assert list(ch06.parity_curves([par])) == ["1 GPU", "EP 4"]

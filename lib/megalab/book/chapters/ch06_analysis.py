@@ -34,6 +34,7 @@ __all__ = [
     "beside_series",
     "micro_batches",
     "run_rows",
+    "parity_curves",
     "fits",
     "series_configs",
     "series",
@@ -46,6 +47,9 @@ __all__ = [
     "random_router",
     "at_init",
 ]
+
+# loss curves named in words ("1 GPU", "EP 4"), as chapter 2 names its TP sizes
+from megalab.book.chapters.ch02_analysis import parity_curves  # noqa: E402, F401
 
 SERIES = "vuiseng9/megatron-tutorials"
 SERIES_URL = "https://github.com/vuiseng9/megatron-tutorials/blob/main/05-ep-moe.md"
