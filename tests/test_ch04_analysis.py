@@ -87,6 +87,10 @@ def _group(ms: dict):
             "lo_ms": [v * 0.99 for v in ms.values()],
             "hi_ms": [v * 1.01 for v in ms.values()],
             "mfu": [0.3] * len(cfgs),
+            "runs": [2] * len(cfgs),
+            "run_ms": [[v, v + 1] for v in ms.values()],
+            "half": [0.01] * len(cfgs),
+            "wide": [False] * len(cfgs),
         },
         index=[c.label for c in cfgs],
     )
@@ -109,6 +113,12 @@ def test_speedup_divides_each_length_by_its_one_gpu_run():
         "CP 2 (ring)",
     ]
     assert list(s["speedup"]) == pytest.approx([1.0, 100 / 90, 100 / 80, 1.0, 240 / 150])
+    table = ch04.runs_table(_group(cfgs))
+    assert table["configuration"].iloc[-1] == "8k tokens, CP 2 (all-gather)"
+    assert table["run_medians"].iloc[0] == "100.0, 101.0" and list(table["runs"]) == [2] * 5
+    # the group's medians make the same line as runs do: no fixed part when the GPU paces the step
+    line = eager.fixed_cost([(c, ms / 1e3) for c, ms in cfgs.items() if c.cp == 1])
+    assert line["layout"].tolist() == ["1 GPU"] and line["runs"].iloc[0] == 2
     with pytest.raises(LookupError, match="no one-GPU run at \\[16384\\]"):
         ch04.speedup(_group({k: v for k, v in cfgs.items() if k.seq == 8192 or k.cp > 1}))
 

@@ -11,6 +11,7 @@ per CP degree, the bytes each communication type sends, CP's speed-up from the c
     ch04_analysis.ring_profile(cfg, profile, bw)    # the profiled ring step: NCCL hidden
     ch04_analysis.rank_work(profiled)               # attention seconds per rank, and theory's
     ch04_analysis.parity_curves(parities)           # loss curves named in words
+    ch04_analysis.runs_table(g)                     # the evidence page: the group run by run
 
 A layout is said in words (frame.describe), the ring named: "1 GPU", "CP 2 (ring)", "CP 2
 (all-gather)".
@@ -31,6 +32,7 @@ __all__ = [
     "ring_profile",
     "rank_work",
     "parity_curves",
+    "runs_table",
 ]
 
 
@@ -233,3 +235,24 @@ def parity_curves(parities) -> dict:
             mine = " (yours)" if label.endswith(" (yours)") else ""
             out.setdefault(f"{name}, {cfg.seq // 1024}k tokens{mine}", curve)
     return out
+
+
+def runs_table(g):
+    """Group `g` run by run, for the evidence page: configuration (length and layout in words),
+    runs, run_medians (each run's median step in ms, in the order they ran), median_ms, lo_ms,
+    hi_ms, half (the 95% interval's half-width over the median), wide and mfu."""
+    import pandas as pd
+
+    return pd.DataFrame(
+        {
+            "configuration": [f"{c.seq // 1024}k tokens, {layout(c)}" for c in g["cfg"]],
+            "runs": g["runs"].astype(int).to_numpy(),
+            "run_medians": [", ".join(f"{ms:.1f}" for ms in v) for v in g["run_ms"]],
+            "median_ms": g["median_ms"].to_numpy(),
+            "lo_ms": g["lo_ms"].to_numpy(),
+            "hi_ms": g["hi_ms"].to_numpy(),
+            "half": g["half"].to_numpy(),
+            "wide": g["wide"].to_numpy(),
+            "mfu": g["mfu"].to_numpy(),
+        }
+    )

@@ -21,25 +21,28 @@ __all__ = ["fixed_cost", "ring_kernels", "compute_share", "end_loss", "step_tabl
 
 def fixed_cost(runs):
     """A least-squares line through each layout's steps against its model TFLOP per GPU: layout,
-    runs, fixed_s (the step at zero FLOPs), rate (the TFLOP/s per GPU its slope implies) and
-    the shortest and longest step. A step the GPU paces has a small fixed part and a rate below the
-    GPU's peak; a large fixed part, or a rate above the peak, says something else sets the pace."""
+    runs, fixed_s (the step at zero FLOPs), rate (the TFLOP/s per GPU its slope implies) and the
+    shortest and longest step. A run is a Result (`.status`, `.config`, `.summary`) or a (RunConfig,
+    step seconds) pair, as a comparison group's medians give them. A step the GPU paces has a small
+    fixed part and a rate below the GPU's peak; a large fixed part, or a rate above the peak, says
+    something else sets the pace."""
     import numpy as np
     import pandas as pd
 
     by = {}
     for r in runs:
-        if r.status == "ok":
-            by.setdefault(layout(r.config), []).append(r)
+        cfg, step = r if isinstance(r, tuple) else (r.config, r.summary.get("step_time_s"))
+        if isinstance(r, tuple) or r.status == "ok":
+            by.setdefault(layout(cfg), []).append((cfg, step))
     rows = []
-    for name, rs in by.items():
-        x = np.array([theory.model_flops(r.config) / r.config.gpus / 1e12 for r in rs])
-        y = np.array([r.summary["step_time_s"] for r in rs])
-        slope, fixed = np.polyfit(x, y, 1) if len(rs) > 1 else (float("nan"), float("nan"))
+    for name, pairs in by.items():
+        x = np.array([theory.model_flops(c) / c.gpus / 1e12 for c, _ in pairs])
+        y = np.array([step for _, step in pairs])
+        slope, fixed = np.polyfit(x, y, 1) if len(pairs) > 1 else (float("nan"), float("nan"))
         rows.append(
             {
                 "layout": name,
-                "runs": len(rs),
+                "runs": len(pairs),
                 "fixed_s": float(fixed),
                 "rate": float(1 / slope) if slope > 0 else float("inf"),
                 "shortest_s": float(y.min()),
