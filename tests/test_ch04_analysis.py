@@ -188,6 +188,7 @@ def test_compute_share_and_end_loss(book):
     assert [x["rank"] for x in rows] == [0, 1, 2, 3]
     assert all(x["share"] == pytest.approx(x["compute_s"] / 0.5) for x in rows)
     timed = _runs([c for c in b4["comm"]["p2p"] if c.seq == 16384])
+    assert eager.median_steps(timed) == {("p2p", 16384): timed[0].summary["step_time_s"]}
     ends = eager.end_loss([r, *timed])
     assert list(ends["steps"]) == [10, 20] and list(ends["lr_warmup"]) == [1, 2]
     assert list(ends["profiled"]) == [True, False]

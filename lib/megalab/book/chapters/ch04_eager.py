@@ -6,6 +6,7 @@ teach the host rather than context parallelism.
     ch04_eager.compute_share(cfg, profile, step)   # compute kernels per rank against the step
     ch04_eager.end_loss(results)                   # where each run's loss ended, and after how long
     ch04_eager.step_table(runs)                    # the eager step times, by layout and length
+    ch04_eager.median_steps(runs)                  # {(cp_comm, seq): median step seconds}
 
 Every function takes run results (`.config`, `.summary`, `.series`, `.record`, as `megalab.run`
 returns them) or a record's `profile`.
@@ -16,7 +17,7 @@ from __future__ import annotations
 from megalab import theory
 from megalab.book.chapters.ch04_analysis import layout
 
-__all__ = ["fixed_cost", "ring_kernels", "compute_share", "end_loss", "step_table"]
+__all__ = ["fixed_cost", "ring_kernels", "compute_share", "end_loss", "step_table", "median_steps"]
 
 
 def fixed_cost(runs):
@@ -131,3 +132,12 @@ def step_table(runs):
     return pd.DataFrame(rows).pivot_table(
         index="seq", columns="layout", values="step_s", sort=False
     )
+
+
+def median_steps(runs) -> dict:
+    """{(cp_comm, seq): median step in seconds} of the runs that ran."""
+    return {
+        (r.config.cp_comm, r.config.seq): float(r.summary["step_time_s"])
+        for r in runs
+        if r.status == "ok"
+    }
