@@ -12,6 +12,7 @@ per CP degree, the bytes each communication type sends, CP's speed-up from the c
     ch04_analysis.rank_work(profiled)               # attention seconds per rank, and theory's
     ch04_analysis.parity_curves(parities)           # loss curves named in words
     ch04_analysis.runs_table(g)                     # the evidence page: the group run by run
+    ch04_analysis.legend_in_words(fig)              # "series = 1 GPU" becomes "1 GPU"
 
 A layout is said in words (frame.describe), the ring named: "1 GPU", "CP 2 (ring)", "CP 2
 (all-gather)".
@@ -20,6 +21,7 @@ A layout is said in words (frame.describe), the ring named: "1 GPU", "CP 2 (ring
 from __future__ import annotations
 
 from megalab import theory
+from megalab.book.chapters.ch03_memory import legend_in_words  # noqa: F401  (charts.metric_vs)
 
 __all__ = [
     "layout",
@@ -33,6 +35,7 @@ __all__ = [
     "rank_work",
     "parity_curves",
     "runs_table",
+    "legend_in_words",
 ]
 
 
