@@ -186,3 +186,73 @@ def test_a_held_constant_keeps_its_value_and_constrains_nothing(tmp_path):
     assert by_name["gemm_width"].value == 0 and by_name["gemm_width"].records == 0
     assert by_name["host_layer"].records > 0
     assert held.frame()["err_after"].abs().median() > free.frame()["err_after"].abs().median()
+
+
+# -- one host's constants (calibrate_host) ---------------------------------------------------
+HOST = {"host_layer": 1.0e-3, "comm_call": 40e-6, "expert_gemm": 8e-6}  # a faster host's
+
+
+def _host_env(name: str, cpus: int = 8) -> dict:
+    return {"gpu_name": "NVIDIA H200", "gpu_count": 4, "hostname": name, "cpu_count": cpus}
+
+
+def _host_store(root, constants: dict, layouts=None, host="mine", graphs="none", at="2026-02-01"):
+    """A store of one host's runs, timed as the model at `constants` says."""
+    store = Store(root)
+    rates = step_model.Rates.recorded("H200", store)
+    for i, cfg in enumerate(layouts or _layouts()):
+        cfg = cfg.replace(cuda_graphs=graphs)
+        rec = record(cfg, env=_host_env(host), at=f"{at}T00:00:{i % 60:02d}Z")
+        rec["summary"]["step_time_s"] = float(
+            step_model.combine(step_model.parts(cfg, rates), constants)["total_s"]
+        )
+        store.append(rec)
+    return store
+
+
+def test_calibrate_host_refits_the_host_constants_and_keeps_the_gpus(tmp_path):
+    book = calibration.calibrate(_synthetic(tmp_path / "book"))  # its constants: TRUE
+    mine = _host_store(tmp_path / "mine", {**TRUE, **HOST})
+    cal = calibration.calibrate_host(mine, start=book)  # the newest host: "mine"
+    got = {c.name: cal.value(c.name) for c in cal.constants}
+    assert {n: got[n] for n in HOST} == pytest.approx(HOST, rel=1e-3)
+    gpu_side = set(TRUE) - set(calibration.HOST_CONSTANTS)
+    assert {n: got[n] for n in gpu_side} == pytest.approx({n: TRUE[n] for n in gpu_side})
+    by_name = {c.name: c for c in cal.constants}
+    assert all(by_name[n].records == 0 for n in gpu_side) and by_name["host_layer"].records > 0
+    assert set(cal.frame()["set"]) == {"fit", "held out"}
+
+
+def test_host_timings_read_one_host_one_launch_and_the_median_of_repeats(tmp_path):
+    store = _host_store(tmp_path, TRUE, _layouts()[:3], host="a")
+    cfg = _layouts()[0]
+    for t, at in ((1.0, "2026-03-01T00:00:00Z"), (3.0, "2026-03-01T00:01:00Z")):  # graphed, twice
+        rec = record(cfg.replace(cuda_graphs="te"), env=_host_env("a"), at=at)
+        rec["summary"]["step_time_s"] = t
+        store.append(rec)
+    store.append(record(cfg.replace(layers=3), env=_host_env("b", 64), at="2026-03-02T00:00:00Z"))
+    host_a = "a (8 CPUs, NVIDIA H200)"
+    assert len(calibration.host_timings(store, host_a)) == 3
+    assert [
+        (c.cuda_graphs, t, n) for c, t, n in calibration.host_timings(store, host_a, graphs=True)
+    ] == [("te", 2.0, 2)]
+    newest = calibration.host_timings(store)  # the newest record's host: b
+    assert [c.layers for c, _, _ in newest] == [3]
+
+
+def test_calibrate_host_refuses_too_few_runs(tmp_path):
+    store = _host_store(tmp_path, TRUE, [BASE.replace(mbs=2, gbs=4)])
+    with pytest.raises(NotRecorded, match="eager H200 configuration"):
+        calibration.calibrate_host(store)
+
+
+def test_interval_is_the_held_out_ratio_quantiles():
+    import pandas as pd
+
+    errs = [-0.5, -0.2, 0.0, 0.25, 1.0]  # measured/predicted: 2, 1.25, 1, 0.8, 0.5
+    frame = pd.DataFrame({"set": ["held out"] * 5 + ["fit"], "err_after": errs + [9.0]})
+    cal = calibration.Calibration("H200", (), step_model.Rates("H200", {"bf16": 1.0}, 1.0), frame)
+    assert cal.interval(1.0) == pytest.approx((0.5, 2.0))
+    assert cal.interval(0.0) == pytest.approx((1.0, 1.0))
+    lo, hi = calibration.calibrate().interval(0.8)  # the book's records
+    assert 0.5 < lo < 1 < hi < 2

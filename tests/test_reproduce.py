@@ -295,5 +295,5 @@ def test_rewritten_pages_are_the_chapters_in_frame_rewritten():
 
     assert reproduce._rewritten(Path("02_tensor_parallel/tensor_parallel.ipynb"))
     assert reproduce._rewritten(Path("00_know_your_machine/evidence.ipynb"))
-    assert not reproduce._rewritten(Path("05_pipeline_parallel/pipeline_parallel.ipynb"))
+    assert not reproduce._rewritten(Path("98_not_rewritten/page.ipynb"))
     assert not reproduce._rewritten(Path("planner.ipynb"))

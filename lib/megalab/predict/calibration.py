@@ -7,6 +7,12 @@ saw.
     >>> cal.report()   # |relative error| by layout family: fit vs held out, before vs after
     >>> cal.predict(cfg)   # compute_s, host_s, comm_s, bubble_s, optimizer_s, total_s, ...
     >>> search.search(presets.get("gpt-8.3b"), 2, gbs=32, seq=2048, model=cal)
+    >>> cal.interval(0.8)   # (lo, hi): 80% of held-out records ran within predicted × [lo, hi]
+    >>> mine = calibration.calibrate_host(host=None, start=cal)   # your machine's own constants
+
+Regime: the records it fits run without CUDA graphs (eager), where the host issues every kernel
+and, at small micro-batches, sets the pace (host_layer). A graphed step replays each layer's kernels
+with one launch; `calibrate_host(..., graphs=True)` fits the constants of graphed runs instead.
 
 Records (`usable_records`): status ok, not retracted (the store's errata), not profiled (the
 profiler slows steps), not packed beside other runs (they shared the host), not a warm-up run
@@ -67,7 +73,9 @@ __all__ = [
     "Constant",
     "Calibration",
     "calibrate",
+    "calibrate_host",
     "family",
+    "host_timings",
     "for_search",
     "keeps",
     "reference_link",
@@ -77,6 +85,8 @@ __all__ = [
 FAMILIES = ("1 GPU", "DP", "TP", "PP", "CP", "EP")
 TERMS = ("compute_s", "host_s", "comm_s", "bubble_s", "optimizer_s")
 HOLD_OUT_EVERY = 4  # a quarter of the configurations, by hash
+# what a host sets (calibrate_host re-fits them); the GPU's efficiencies are the GPU model's
+HOST_CONSTANTS = ("host_layer", "comm_call", "expert_gemm")
 # the tag of chapter 07's case runs (tools/gpu/pack.py tags a plan line's records with it)
 CASE_TAG = "ch07"
 MAX_ITERS = 200
@@ -180,19 +190,21 @@ def _stack(dicts: list[dict]) -> dict:
     return {k: np.array([d[k] for d in dicts], dtype=float) for k in dicts[0]}
 
 
-def _fit(p: dict, measured, fixed: dict | None = None) -> tuple[dict, dict]:
+def _fit(
+    p: dict, measured, fixed: dict | None = None, start: dict | None = None
+) -> tuple[dict, dict]:
     """Least squares on log(predicted/measured) over the constants' logarithms (Levenberg-Marquardt,
-    forward-difference Jacobian), those in `fixed` (SI) held; returns the constants (SI) and how
-    many records constrain each (0 for a held one)."""
+    forward-difference Jacobian) from `start` (SI; default step_model's guesses), those in `fixed`
+    (SI) held; returns the constants (SI) and how many records constrain each (0 for a held one)."""
     import numpy as np
 
-    fixed = fixed or {}
+    fixed, start = fixed or {}, {**guesses(), **(start or {})}
     names = [n for n in CONSTANTS if n not in fixed]
 
     def residuals(q):
         return np.log(combine(p, {**dict(zip(names, np.exp(q))), **fixed})["total_s"] / measured)
 
-    q = np.log([guesses()[n] for n in names])
+    q = np.log([start[n] for n in names])
     r, lam, h = residuals(q), 1e-3, 1e-6
     cost = r @ r
     for _ in range(MAX_ITERS):
@@ -238,6 +250,18 @@ class Calibration:
         c = next(c for c in self.constants if c.name == name)
         return c.value * CONSTANTS[name][1]
 
+    def interval(self, level: float = 0.8) -> tuple[float, float]:
+        """(lo, hi): the central `level` of the held-out records ran between lo and hi times their
+        prediction (measured/predicted quantiles): a predicted step's error bar is predicted × lo
+        to predicted × hi. The fit records answer when none is held out."""
+        import numpy as np
+
+        df = self.records
+        held = df[df["set"] == "held out"] if (df["set"] == "held out").any() else df
+        ratio = 1 / (1 + held["err_after"].to_numpy())
+        tail = (1 - level) / 2
+        return float(np.quantile(ratio, tail)), float(np.quantile(ratio, 1 - tail))
+
     def predict(self, cfg) -> dict:
         """Predicted step of `cfg` on this GPU model, in seconds by term: compute_s, host_s (the GPU
         waiting on the host), comm_s (comm_by_axis_s: tp, cp, ep, pp, dp), bubble_s, optimizer_s,
@@ -256,7 +280,8 @@ class Calibration:
         }
 
     def frame(self):
-        """One row per usable record: label, key, id, family, set ("fit" or "held out"), measured_s,
+        """One row per usable record: label, key, cfg (its RunConfig), id, family, set ("fit" or
+        "held out"), measured_s,
         roofline_s (before), predicted_s (after), their relative errors, and the predicted terms."""
         return self.records.copy()
 
@@ -314,8 +339,6 @@ def calibrate(store=None, gpu: str = "H200", fixed: dict | None = None) -> Calib
     results store) and check them on the held-out ones; `fixed` holds some constants at a value (in
     their units; e.g. {"gemm_width": 0}: one GEMM efficiency for every width, the model before
     chapter 07's dense case). Raises NotRecorded when too few records qualify."""
-    import numpy as np
-    import pandas as pd
     from megalab.jobs.running import NotRecorded
     from megalab.records.store import as_store
 
@@ -327,13 +350,23 @@ def calibrate(store=None, gpu: str = "H200", fixed: dict | None = None) -> Calib
             f"{len(recs)} usable {name} run record(s) in {store.root}; the fit needs more than "
             f"{len(CONSTANTS)}: record runs on {name} (compiled, not profiled, not packed)"
         )
-    rates = Rates.recorded(name, store)
     cfgs = [RunConfig.from_dict(r["config"]) for r in recs]
-    measured = np.array([r["summary"]["step_time_s"] for r in recs], dtype=float)
+    measured = [r["summary"]["step_time_s"] for r in recs]
+    ids = [r.get("id") for r in recs]
+    return _calibration(name, cfgs, measured, ids, Rates.recorded(name, store), fixed)
+
+
+def _calibration(name, cfgs, measured, ids, rates, fixed=None, start=None, held=None):
+    """Fit on the configurations not `held` (default: _held_out's quarter), check on the held ones;
+    `fixed` (in the constants' units) held at their value, the fit started at `start` (SI)."""
+    import numpy as np
+    import pandas as pd
+
+    measured = np.array(measured, dtype=float)
     p = _stack([parts(c, rates) for c in cfgs])
-    held = np.array(_held_out(cfgs))
+    held = np.array(_held_out(cfgs) if held is None else held, dtype=bool)
     si = {n: v * CONSTANTS[n][1] for n, v in (fixed or {}).items()}
-    fitted, used = _fit({k: v[~held] for k, v in p.items()}, measured[~held], si)
+    fitted, used = _fit({k: v[~held] for k, v in p.items()}, measured[~held], si, start)
     constants = tuple(
         Constant(n, unit, float(fitted[n] / scale), meaning, used[n])
         for n, (unit, scale, _, meaning) in CONSTANTS.items()
@@ -344,7 +377,8 @@ def calibrate(store=None, gpu: str = "H200", fixed: dict | None = None) -> Calib
         {
             "label": [c.label for c in cfgs],
             "key": [c.key for c in cfgs],
-            "id": [r.get("id") for r in recs],
+            "cfg": cfgs,
+            "id": ids,
             "family": [family(c) for c in cfgs],
             "set": np.where(held, "held out", "fit"),
             "measured_s": measured,
@@ -356,6 +390,104 @@ def calibrate(store=None, gpu: str = "H200", fixed: dict | None = None) -> Calib
         }
     )
     return Calibration(name, constants, rates, frame)
+
+
+def host_timings(store=None, host: str | None = None, gpu: str = "H200", graphs: bool = False):
+    """[(RunConfig, median step seconds, runs)] per configuration timed on `host` (a record's
+    `timings.host_of`: hostname, CPU cores, GPU; None: the host of the newest clean timing), with
+    CUDA graphs (`graphs`) or without: clean timings (timings.timed's rules: ok, not profiled,
+    packed or a warm-up) of megalab's compiled Transformer Engine runs, chapter 07's case runs
+    included,
+    each configuration's newest trainer revision; repeats (a comparison group's A B A B) give their
+    median."""
+    from statistics import median
+
+    from megalab.records import timings
+    from megalab.records.schema import trainer_revision
+
+    name = spec(gpu).name
+    runs = [
+        (key, cfg, r)
+        for (key, _), group in timings.repeats(store, name).items()
+        for cfg, r in group
+        if (r.get("summary") or {}).get("step_time_s")
+        and cfg.compile
+        and cfg.impl == "te"
+        and not cfg.problems()
+        and cfg.runner == "megalab"
+        and (cfg.cuda_graphs != "none") == graphs
+    ]
+    runs.sort(key=lambda kcr: kcr[2].get("recorded_at") or "")
+    if host is None and runs:
+        host = timings.host_of(runs[-1][2])
+    by_key: dict = {}
+    for key, cfg, r in runs:
+        if timings.host_of(r) != host:
+            continue
+        rev = trainer_revision(r)
+        if by_key.get(key, (None, None, []))[1] != rev:
+            by_key[key] = (cfg, rev, [])  # a newer trainer: its runs replace the older ones
+        by_key[key][2].append(r["summary"]["step_time_s"])
+    return [(cfg, float(median(t)), len(t)) for cfg, _, t in by_key.values()]
+
+
+def calibrate_host(
+    store=None,
+    host: str | None = None,
+    gpu: str = "H200",
+    graphs: bool = False,
+    start: Calibration | None = None,
+) -> Calibration:
+    """The step-time model's host constants (HOST_CONSTANTS: the host's time per layer and
+    micro-batch, per blocking collective, per expert GEMM) re-fitted on `host_timings(store, host,
+    gpu, graphs)` (your `megalab run` records; None: the host of the newest), at the rates `megalab
+    bench` recorded for `gpu` in `store`. The GPU's efficiencies, and a host constant none of these
+    runs depends on, keep `start`'s values (a Calibration, e.g. calibrate()'s; default step_model's
+    guesses). A quarter of each layout family is held out (_held_out) while the fit keeps more runs
+    than free constants; otherwise all fit. NotRecorded when the runs cannot fix the constants
+    they depend on: record more (different micro-batches, widths, layouts)."""
+    from megalab.jobs.running import NotRecorded
+    from megalab.records.store import as_store
+
+    name = spec(gpu).name
+    store = as_store(store)
+    timed = host_timings(store, host, name, graphs)
+    rates = Rates.recorded(name, store)
+    begin = guesses() | (
+        {c.name: start.value(c.name) for c in start.constants} if start is not None else {}
+    )
+    cfgs = [c for c, _, _ in timed]
+    free = [n for n in _constrained(cfgs, rates, begin) if n in HOST_CONSTANTS]
+    fixed = {n: begin[n] / CONSTANTS[n][1] for n in CONSTANTS if n not in free}
+    held = _held_out(cfgs)
+    if len(cfgs) - sum(held) <= len(free):
+        held = [False] * len(cfgs)
+    if len(cfgs) <= len(free):
+        where = host or "the newest host"
+        raise NotRecorded(
+            f"{len(cfgs)} {'graphed' if graphs else 'eager'} {name} configuration(s) timed on "
+            f"{where}; fitting {', '.join(free) or 'nothing'} needs more than {len(free)}: "
+            "`megalab run` more layouts or micro-batches there"
+        )
+    measured = [t for _, t, _ in timed]
+    return _calibration(name, cfgs, measured, [None] * len(cfgs), rates, fixed, begin, held)
+
+
+def _constrained(cfgs, rates, at: dict) -> list[str]:
+    """The constants whose change (at the values `at`, SI) moves some configuration's predicted
+    step."""
+    import numpy as np
+
+    if not cfgs:
+        return []
+    p = _stack([parts(c, rates) for c in cfgs])
+    base = combine(p, at)["total_s"]
+    out = []
+    for n in CONSTANTS:
+        moved = combine(p, {**at, n: at[n] * 1.01})["total_s"]
+        if (np.abs(np.log(moved / base)) > 1e-5).any():
+            out.append(n)
+    return out
 
 
 def for_search(gpu: str = "H200", store=None) -> Calibration | None:

@@ -1,0 +1,293 @@
+"""Chapter 05's tables and figures: interleaving against 1F1B in the comparison group `ch05.vpp`,
+pipeline schedules measured and ideal under one colour key, memory per stage, and the per-rank work
+of a profiled step.
+
+    g = timings.group(None, "ch05.vpp", "H200")   # medians, 95% intervals: one host, runs alone
+    ch05_analysis.vpp_vs_1f1b(g)                  # each schedule's step beside the bubble formula
+    ch05_analysis.measured_schedule(profile)      # a profiled step's passes, as theory.schedule's
+    ch05_analysis.ideal_schedule(profile)         # theory.schedule with the measured mean passes
+    ch05_analysis.schedule_figure({"measured": a, "ideal": b}, title)   # one colour key throughout
+    ch05_analysis.stage_memory(results)           # measured peak per stage against theory
+    ch05_analysis.rank_work(profile)              # per stage: passes, compute kernels, NCCL
+    ch05_analysis.runs_table(results)             # the evidence page: runs outside any group
+
+Every schedule is drawn by `schedule_figure`, so a pass has the same name and colour in every figure
+of the chapter (theory's, and measured beside ideal): forward and backward of chunk 0 (1F1B's only
+chunk) in the first two colours, chunk 1's in the next two.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "GROUP",
+    "layout",
+    "vpp_vs_1f1b",
+    "measured_schedule",
+    "ideal_schedule",
+    "canonical",
+    "schedule_figure",
+    "stage_memory",
+    "memory_bars",
+    "rank_work",
+    "runs_table",
+    "bubble_table",
+    "measured_and_ideal",
+    "schedule_numbers",
+    "HOST_PROBE",
+    "probe_busy",
+    "parity_curves",
+]
+
+GROUP = "ch05.vpp"  # gpt-1.2b PP 2, m = 8: 1F1B, VPP 2, VPP 4 with CUDA graphs, alternated
+
+
+def layout(cfg) -> str:
+    """'PP 2', 'PP 2 × VPP 4', 'TP 2 + SP': the layout in words (frame.describe), CUDA graphs left
+    unsaid."""
+    from megalab.book.frame import describe
+
+    return describe(cfg.replace(cuda_graphs="none"))
+
+
+def vpp_vs_1f1b(g):
+    """The comparison group `g` (timings.group of GROUP), one row per schedule, 1F1B first: layout,
+    v, m, median_ms, lo_ms, hi_ms (95% interval), mfu; ratio, its median step over 1F1B's;
+    predicted, the bubble formula's ratio (1 + (p−1)/(v·m)) / (1 + (p−1)/m); bubble, (p−1)/(v·m) of
+    the ideal step. attrs: gpu_busy, the profiled step's GPU-busy share."""
+    import pandas as pd
+
+    from megalab import theory
+
+    rows = []
+    for cfg, r in zip(g["cfg"], g.to_dict("records")):
+        p, m, v = cfg.pp, cfg.num_microbatches, cfg.vpp
+        rows.append(
+            {
+                "layout": "1F1B, " + layout(cfg) if v == 1 else layout(cfg),
+                "v": v,
+                "m": m,
+                **{k: r[k] for k in ("median_ms", "lo_ms", "hi_ms", "mfu")},
+                "bubble": theory.bubble_over_ideal(p, m, v),
+                "predicted": (1 + theory.bubble_over_ideal(p, m, v))
+                / (1 + theory.bubble_over_ideal(p, m)),
+            }
+        )
+    out = pd.DataFrame(rows).sort_values("v", kind="stable").reset_index(drop=True)
+    out["ratio"] = out["median_ms"] / out["median_ms"].iloc[0]
+    out.attrs.update(gpu_busy=g.attrs.get("gpu_busy"), host=g.attrs.get("host"))
+    return out
+
+
+def measured_schedule(profile: dict) -> list[dict]:
+    """A profiled step's passes (`profile.schedule`, megalab.train.stage_clock) in theory.schedule's
+    form: stage, microbatch, chunk, kind "F"/"B", start and end in seconds from the step's start."""
+    stages = ((profile or {}).get("schedule") or {}).get("stages", {})
+    return [
+        {
+            "stage": int(s),
+            **{k: t[k] for k in ("microbatch", "chunk", "kind")},
+            "start": t["start_s"],
+            "end": t["end_s"],
+        }
+        for s in sorted(stages, key=int)
+        for t in sorted(stages[s], key=lambda t: t["start_s"])
+    ]
+
+
+def ideal_schedule(profile: dict) -> list[dict]:
+    """theory.schedule of the measured step's p stages, m micro-batches and v chunks, every forward
+    and every backward taking the measured mean: the same step with equal stages and free sends."""
+    from megalab.theory import schedule
+
+    passes = measured_schedule(profile)
+    if not passes:
+        return []
+    p, m, v = (1 + max(t[k] for t in passes) for k in ("stage", "microbatch", "chunk"))
+    mean = {
+        k: sum(t["end"] - t["start"] for t in passes if t["kind"] == k)
+        / sum(t["kind"] == k for t in passes)
+        for k in "FB"
+    }
+    return schedule(p, m, v, mean["F"], mean["B"])
+
+
+def canonical(tasks: list[dict]) -> list[dict]:
+    """Tasks ordered so that their kinds first appear as forward chunk 0, backward chunk 0, forward
+    chunk 1, ...: charts.gantt colours kinds in order of appearance, so every schedule figure gets
+    the same colour for the same pass. The bars' places do not depend on the order."""
+    return sorted(tasks, key=lambda t: (t["chunk"], t["kind"] != "F", t["stage"], t["start"]))
+
+
+def schedule_figure(panels: dict, title: str, seconds: bool = True):
+    """charts.pipeline_schedule of {panel title: theory.schedule-form tasks}, in canonical order;
+    time in seconds (measured steps) or, seconds=False, in theory's units."""
+    from megalab import charts
+
+    x = (
+        "seconds from the step's start"
+        if seconds
+        else "time (one micro-batch's forward through one stage = 1)"
+    )
+    ordered = {name: canonical(tasks) for name, tasks in panels.items()}
+    return charts.pipeline_schedule(ordered, title=title, x_title=x)
+
+
+def stage_memory(results) -> "pd.DataFrame":  # noqa: F821
+    """Per run and stage: run ('PP 2, m = 4'), stage, layers_in_flight, predicted (theory.
+    memory_per_stage's total, GiB) and measured (the peak allocated GiB of the stage's first rank;
+    Megatron orders ranks tp, then pp), source ('reference' or 'yours')."""
+    import pandas as pd
+
+    from megalab import theory
+
+    frames = []
+    for r in results:
+        c = r.config
+        frames.append(
+            pd.DataFrame(theory.memory_per_stage(c)).assign(
+                run=f"{layout(c)}, m = {c.num_microbatches}",
+                measured=r.summary["mem_allocated_peak_gib_per_rank"][:: c.gpus // c.pp],
+                source="yours" if r.source == "live" else "reference",
+            )
+        )
+    out = pd.concat(frames).rename(columns={"total": "predicted"})
+    return out.drop_duplicates(["run", "stage", "source"]).reset_index(drop=True)
+
+
+def memory_bars(mem):
+    """stage_memory's rows for charts.grouped_bars: run, GiB, series ('stage 0, predicted'), each
+    prediction once (a reader's runs add their measured bars)."""
+    bars = mem.melt(
+        ["run", "stage", "source"], ["predicted", "measured"], var_name="kind", value_name="GiB"
+    )
+    bars = bars[(bars["kind"] == "measured") | (bars["source"] == "reference")]
+    bars = bars.assign(series="stage " + bars["stage"].astype(str) + ", " + bars["kind"])
+    bars.loc[bars["source"] == "yours", "series"] += " (yours)"
+    return bars.sort_values(["stage", "kind"], ascending=[True, False], kind="stable")
+
+
+def rank_work(profile: dict):
+    """Per stage of a profiled pipeline step (one GPU per stage), seconds: passes, its measured
+    passes summed (profiles.schedule_stages' busy_s); compute, its GEMM, attention and other
+    kernels per step; nccl, its NCCL kernels (which include waiting for the peer); beyond, passes −
+    compute: the time its passes took beyond the kernels they ran."""
+    from megalab import profiles
+
+    stages = profiles.schedule_stages(profile)
+    ranks = profiles.rank_times(profile)
+    out = ranks[["nccl_s"]].rename(columns={"nccl_s": "nccl"}).rename_axis("stage")
+    out.insert(0, "compute", ranks[["gemm_s", "attention_s", "other_s"]].sum(axis=1))
+    out.insert(0, "passes", stages["busy_s"].astype(float))
+    out["beyond"] = out["passes"] - out["compute"]
+    return out.reset_index()
+
+
+def _model(cfg) -> str:
+    """The model's name, with its layers where a run keeps only some ('gpt-8.3b, first 36
+    layers': one pipeline stage's worth, alone on one GPU)."""
+    from megalab.runs import presets
+
+    try:
+        full = presets.get(cfg.name).layers
+    except (KeyError, ValueError):
+        return cfg.name
+    return cfg.name if cfg.layers == full else f"{cfg.name}, first {cfg.layers} layers"
+
+
+def runs_table(results):
+    """Runs outside any comparison group, one row each, for the evidence page: configuration
+    (model, its layers when a run keeps only some, layout, micro-batches), mbs, step_s (median step after warm-up), mfu, host (machine,
+    and its CPU count where recorded), recorded (the day) and recording (1, 2, ...: runs of one host
+    and one trainer build share a number, numbered in order of their first run)."""
+    import pandas as pd
+
+    rows, builds = [], {}
+    for r in sorted(results, key=lambda r: r.record.get("recorded_at") or ""):
+        c, rec = r.config, r.record
+        env = rec.get("env") or {}
+        host = str(env.get("hostname")) + (
+            f", {env['cpu_count']} CPUs" if env.get("cpu_count") else ""
+        )
+        build = builds.setdefault((host, rec.get("git_commit")), len(builds) + 1)
+        rows.append(
+            {
+                "configuration": f"{_model(c)}, {layout(c)}, m = {c.num_microbatches}",
+                "mbs": c.mbs,
+                "step_s": float(r.summary["step_time_s"]),
+                "mfu": float(r.summary["mfu"]),
+                "host": host,
+                "recorded": (rec.get("recorded_at") or "")[:10],
+                "recording": build,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def bubble_table():
+    """theory's bubble for p = 2, 4, 8 stages, v = 1, 2, 3 chunks and m = 1 ... 64 micro-batches
+    (interleaved: m divisible by p, as Megatron needs): columns p, v, m, bubble ((p−1)/(v·m) of the
+    ideal step) and idle ((p−1)/(v·m+p−1) of the step)."""
+    import pandas as pd
+
+    from megalab import theory
+
+    return pd.DataFrame(
+        [
+            dict(
+                p=p,
+                v=v,
+                m=m,
+                bubble=theory.bubble_over_ideal(p, m, v),
+                idle=theory.bubble_over_step(p, m, v),
+            )
+            for p in (2, 4, 8)
+            for v in (1, 2, 3)
+            for m in (2**i for i in range(7))
+            if v == 1 or m % p == 0
+        ]
+    )
+
+
+def measured_and_ideal(profile: dict) -> dict:
+    """{panel title: tasks} of a profiled step for schedule_figure: the measured passes, and beneath
+    them the ideal schedule with the measured mean passes."""
+    return {
+        "measured": measured_schedule(profile),
+        "ideal: equal stages, free sends, the measured mean passes": ideal_schedule(profile),
+    }
+
+
+def schedule_numbers(record: dict) -> dict:
+    """profiles.schedule_summary of a profiled record's step (busiest stage, its idle share, spans,
+    in_order) with idle_predicted, theory's idle share (p−1)/(v·m+p−1) for its configuration."""
+    from megalab import profiles, theory
+    from megalab.runs.config import RunConfig
+
+    c = RunConfig.from_dict(record["config"])
+    out = dict(profiles.schedule_summary(record["profile"]))
+    out["idle_predicted"] = theory.bubble_over_step(c.pp, c.num_microbatches, c.vpp)
+    return out
+
+
+# one stage of gpt-8.3b's PP 2 (36 layers), eager at micro-batch 1: one profiled step, kept as a
+# probe
+HOST_PROBE = "results/probes/host-bound-2026-11-25/gpt-8.3b-36l-mbs1.top.json"
+
+
+def probe_busy(path: str = HOST_PROBE) -> float:
+    """The share of the probe's profiled step (tools/gpu/trace_top.py) in which the GPU ran a
+    kernel: kernel_busy_ms / wall_ms."""
+    import json
+
+    from megalab.machine.env import repo_root
+
+    probe = json.loads((repo_root() / path).read_text())
+    return probe["kernel_busy_ms"] / probe["wall_ms"]
+
+
+def parity_curves(parities) -> dict:
+    """{name: curve} for charts.loss_parity: the one-GPU reference once, then each layout in words
+    (ch02_analysis.parity_curves)."""
+    from megalab.book.chapters.ch02_analysis import parity_curves as curves
+
+    return curves(parities)

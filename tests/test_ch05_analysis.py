@@ -1,0 +1,187 @@
+"""Chapter 05's tables and figures (megalab.book.chapters.ch05_analysis), on small fixtures: the
+comparison group beside the bubble formula, schedules measured and ideal under one colour key,
+memory per stage, per-stage work of a profiled step, and the evidence page's run table."""
+
+import json
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from megalab import theory
+from megalab.book.chapters import ch05_analysis as ch05
+from megalab.runs import presets
+
+PP2 = presets.get("gpt-1.2b").replace(gpus=2, pp=2, mbs=4, gbs=32, cuda_graphs="te")
+
+
+def group(ms=(340.0, 313.0, 308.6)):
+    cfgs = [PP2.replace(vpp=v) for v in (1, 2, 4)]
+    g = pd.DataFrame(
+        {
+            "cfg": cfgs,
+            "median_ms": ms,
+            "lo_ms": [x - 1 for x in ms],
+            "hi_ms": [x + 1 for x in ms],
+            "mfu": [0.37, 0.40, 0.41],
+        },
+        index=[c.label for c in cfgs],
+    )
+    g.attrs.update(gpu_busy=0.915, host="h")
+    return g
+
+
+def test_vpp_vs_1f1b_sets_each_schedule_beside_the_bubble_formula():
+    t = ch05.vpp_vs_1f1b(group())
+    assert list(t["layout"]) == ["1F1B, PP 2", "PP 2 × VPP 2", "PP 2 × VPP 4"]
+    assert t["ratio"].tolist() == pytest.approx([1.0, 313.0 / 340.0, 308.6 / 340.0])
+    # m = 8, p = 2: (1 + 1/16) / (1 + 1/8) and (1 + 1/32) / (1 + 1/8)
+    assert t["predicted"].tolist() == pytest.approx([1.0, 1.0625 / 1.125, 1.03125 / 1.125])
+    assert t["bubble"].tolist() == pytest.approx([1 / 8, 1 / 16, 1 / 32])
+    assert t.attrs["gpu_busy"] == 0.915
+
+
+def profile(durations: dict, p=2, m=2, v=1) -> dict:
+    """A profile whose stages ran theory's schedule, stage s's passes stretched by durations[s]."""
+    stages = {}
+    for t in theory.schedule(p, m, v):
+        k = durations.get(t["stage"], 1.0)
+        stages.setdefault(str(t["stage"]), []).append(
+            {
+                "chunk": t["chunk"],
+                "microbatch": t["microbatch"],
+                "kind": t["kind"],
+                "start_s": t["start"],
+                "end_s": t["start"] + k * (t["end"] - t["start"]),
+            }
+        )
+    return {"schedule": {"step": 3, "stages": stages}}
+
+
+def test_measured_and_ideal_schedules_match_theory_on_equal_stages():
+    prof = profile({}, p=2, m=4, v=2)
+    measured = ch05.measured_schedule(prof)
+    assert len(measured) == 2 * 2 * 4 * 2 and {t["stage"] for t in measured} == {0, 1}
+    ideal = ch05.ideal_schedule(prof)
+    # the mean forward is 1 and the mean backward 2: theory's default passes, the same step
+    assert max(t["end"] for t in ideal) == pytest.approx(
+        max(t["end"] for t in theory.schedule(2, 4, 2))
+    )
+    assert set(ch05.measured_and_ideal(prof)) == {
+        "measured",
+        "ideal: equal stages, free sends, the measured mean passes",
+    }
+    assert ch05.measured_schedule({}) == [] and ch05.ideal_schedule({}) == []
+
+
+def _colours(fig) -> dict:
+    return {t.name: t.marker.color for t in fig.data}
+
+
+def test_every_schedule_figure_shares_one_colour_key():
+    interleaved = ch05.schedule_figure(
+        ch05.measured_and_ideal(profile({}, p=2, m=4, v=2)), "interleaved"
+    )
+    theory_fig = ch05.schedule_figure(
+        {"1F1B": theory.schedule(4, 8), "VPP": theory.schedule(4, 8, v=2)}, "t", seconds=False
+    )
+    one_f_one_b = ch05.schedule_figure(ch05.measured_and_ideal(profile({})), "1F1B")
+    key = _colours(interleaved)
+    assert list(key) == [
+        "forward, chunk 0",
+        "backward, chunk 0",
+        "forward, chunk 1",
+        "backward, chunk 1",
+    ]
+    assert _colours(theory_fig) == key
+    assert list(_colours(one_f_one_b).values()) == [
+        key["forward, chunk 0"],
+        key["backward, chunk 0"],
+    ]
+    assert theory_fig.layout.xaxis2.title.text.startswith("time (")
+
+
+def test_canonical_orders_kinds_by_chunk_then_forward_first():
+    tasks = [
+        dict(stage=0, chunk=c, kind=k, start=s)
+        for c, k, s in [(1, "B", 0), (0, "B", 1), (1, "F", 2), (0, "F", 3)]
+    ]
+    assert [(t["chunk"], t["kind"]) for t in ch05.canonical(tasks)] == [
+        (0, "F"),
+        (0, "B"),
+        (1, "F"),
+        (1, "B"),
+    ]
+
+
+def test_rank_work_shows_a_stage_whose_passes_outlast_its_kernels():
+    prof = profile({1: 2.0}, p=2, m=2)
+    prof["ranks"] = {
+        str(r): {"gemm": 2.0, "attention": 0.5, "other": 0.5, "nccl": 1.0 + r} for r in (0, 1)
+    }
+    w = ch05.rank_work(prof).set_index("stage")
+    assert w.loc[1, "passes"] == pytest.approx(2 * w.loc[0, "passes"])
+    assert w["compute"].tolist() == [3.0, 3.0] and w["nccl"].tolist() == [1.0, 2.0]
+    assert w["beyond"].tolist() == pytest.approx((w["passes"] - 3.0).tolist())
+
+
+def test_schedule_numbers_adds_theorys_idle_share():
+    cfg = PP2.replace(gbs=8, mbs=4)  # m = 2
+    rec = {"config": cfg.to_dict(), "profile": profile({}, p=2, m=2)}
+    s = ch05.schedule_numbers(rec)
+    assert s["idle_predicted"] == pytest.approx(1 / 3) and s["in_order"]
+    assert s["idle_share"] == pytest.approx(1 / 3)
+
+
+def result(cfg, per_rank, source="cached", **summary):
+    return SimpleNamespace(
+        config=cfg,
+        source=source,
+        summary={
+            "mem_allocated_peak_gib_per_rank": per_rank,
+            "step_time_s": 0.5,
+            "mfu": 0.3,
+            **summary,
+        },
+        record={
+            "env": {"hostname": "vm", "cpu_count": 64},
+            "recorded_at": "2026-01-02T03:04Z",
+            "git_commit": "a",
+        },
+    )
+
+
+def test_stage_memory_reads_each_stages_first_rank_and_names_the_run():
+    big = presets.get("gpt-8.3b").replace(gpus=2, pp=2, mbs=4, gbs=8)
+    mem = ch05.stage_memory([result(big, [90.0, 80.0]), result(big, [91.0, 81.0], "live")])
+    assert set(mem["run"]) == {"PP 2, m = 2"} and len(mem) == 4
+    ref = mem[mem["source"] == "reference"].set_index("stage")
+    assert ref["measured"].tolist() == [90.0, 80.0]
+    assert ref["predicted"].tolist() == pytest.approx(
+        [s["total"] for s in theory.memory_per_stage(big)]
+    )
+    bars = ch05.memory_bars(mem)
+    assert (bars["series"] == "stage 0, measured (yours)").sum() == 1
+    assert (bars["series"].str.endswith("predicted")).sum() == 2  # each prediction once
+
+
+def test_runs_table_numbers_recordings_by_host_and_build():
+    big = presets.get("gpt-8.3b").replace(gpus=2, pp=2, mbs=4, gbs=8)
+    a, b = result(big, [1, 1]), result(big.replace(vpp=2), [1, 1])
+    b.record = dict(b.record, git_commit="b", recorded_at="2026-01-03")
+    t = ch05.runs_table([b, a])
+    assert t["configuration"].tolist() == ["gpt-8.3b, PP 2, m = 2", "gpt-8.3b, PP 2 × VPP 2, m = 2"]
+    assert t["recording"].tolist() == [1, 2] and t["host"].iloc[0] == "vm, 64 CPUs"
+
+
+def test_bubble_table_keeps_only_what_the_interleaved_schedule_allows():
+    t = ch05.bubble_table()
+    assert ((t["v"] == 1) | (t["m"] % t["p"] == 0)).all()
+    row = t[(t["p"] == 4) & (t["v"] == 1) & (t["m"] == 4)].iloc[0]
+    assert row["bubble"] == pytest.approx(0.75) and row["idle"] == pytest.approx(3 / 7)
+
+
+def test_probe_busy_is_kernel_time_over_wall_time(tmp_path, monkeypatch):
+    (tmp_path / "p.json").write_text(json.dumps({"kernel_busy_ms": 25.0, "wall_ms": 100.0}))
+    monkeypatch.setattr("megalab.machine.env.repo_root", lambda: tmp_path)
+    assert ch05.probe_busy("p.json") == 0.25
