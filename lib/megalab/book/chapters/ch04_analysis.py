@@ -9,6 +9,7 @@ per CP degree, the bytes each communication type sends, CP's speed-up from the c
     ch04_analysis.traffic(one, 2, seqs)             # GB each GPU sends per step, by type
     ch04_analysis.speedup(g)                        # the group: CP 2 over one GPU, per type
     ch04_analysis.ring_profile(cfg, profile, bw)    # the profiled ring step: NCCL hidden
+    ch04_analysis.step_parts(ring, step_ms)         # where that step's time went
     ch04_analysis.rank_work(profiled)               # attention seconds per rank, and theory's
     ch04_analysis.parity_curves(parities)           # loss curves named in words
     ch04_analysis.runs_table(g)                     # the evidence page: the group run by run
@@ -32,11 +33,16 @@ __all__ = [
     "traffic",
     "speedup",
     "ring_profile",
+    "step_parts",
     "rank_work",
     "parity_curves",
     "runs_table",
     "legend_in_words",
 ]
+
+
+# the order of the comm types in tables and legends: the same colour for the same type everywhere
+COMM_ORDER = ("", "p2p", "all_gather", "a2a", "a2a+p2p")
 
 
 def layout(cfg) -> str:
@@ -155,7 +161,8 @@ def traffic(one, cp: int, seqs, kinds=("p2p", "all_gather", "a2a")):
 
 
 def speedup(g):
-    """The comparison group `g` (timings.group of `ch04.cp`) by length: seq, layout, cp_comm,
+    """The comparison group `g` (timings.group of `ch04.cp`) by length, one GPU first and then the
+    comm types in COMM_ORDER: seq, layout, cp_comm,
     median_ms, lo_ms, hi_ms (the 95% interval), mfu and speedup (the one-GPU median at the same
     length over this one). LookupError when a length has no one-GPU run."""
     import pandas as pd
@@ -177,27 +184,68 @@ def speedup(g):
     if missing:
         raise LookupError(f"group {g.attrs.get('name')}: no one-GPU run at {missing} tokens")
     rows["speedup"] = rows["seq"].map(one) / rows["median_ms"]
-    return rows.sort_values(["seq", "cp", "cp_comm"], kind="stable").reset_index(drop=True)
+    order = rows["cp_comm"].map({k: i for i, k in enumerate(COMM_ORDER)})  # the ring first
+    rows = rows.assign(order=order).sort_values(["seq", "cp", "order"], kind="stable")
+    return rows.drop(columns="order").reset_index(drop=True)
+
+
+def _intervals(k, rows) -> list[tuple[float, float]]:
+    return list(zip(k.loc[rows, "start_ms"], k.loc[rows, "duration_ms"]))
 
 
 def ring_profile(cfg, profile: dict, bus_bw_gbs: float) -> dict:
-    """The profiled ring step of `cfg` (rank 0): ring_ms (NCCL time on the ring's stream, the
-    busiest NCCL stream), hidden (its share during which attention kernels ran), exposed_ms, send_ms
-    (theory's K/V bytes per step at `bus_bw_gbs`), attention_ms and busy (the GPU-busy share of the
-    profiled span)."""
+    """CP's communication in one profiled step of `cfg` (rank 0). The step's longest NCCL kernel is
+    the gradient all-reduce over the CP ranks (grad_ms); every other NCCL kernel moves K/V, on
+    whichever CUDA streams it ran (CUDA graphs give each captured layer its own): cp_ms (the time at
+    least one ran), hidden (the share of it during which an attention kernel ran), exposed_ms (the
+    time no compute kernel ran beside them), send_ms and grad_pred_ms (theory's bytes at
+    `bus_bw_gbs`), attention_ms, compute_ms (the time any compute kernel ran) and busy (the GPU-busy
+    share of the profiled span). An NCCL kernel's time includes waiting for its peer: time in
+    NCCL is not time on the link."""
     from megalab.records import profiles
 
-    ring = next(iter(profiles.nccl_streams(profile)))
-    hid = profiles.hidden(profile, ring, ("attention",))
+    k = profiles.timeline(profile)
+    nccl = k["category"] == "nccl"
+    grad = k.loc[nccl, "duration_ms"].idxmax()
+    comm = nccl & (k.index != grad)
+    attention, compute = k["category"] == "attention", ~nccl
+
+    def union_ms(rows):
+        return profiles.union_seconds(_intervals(k, rows)) * 1e3
+
+    def both_ms(a, b):  # |A and B| = |A| + |B| - |A or B|
+        return union_ms(a) + union_ms(b) - union_ms(a | b)
+
+    cp_ms = union_ms(comm)
+    sent = theory.comm_bytes_per_step(cfg)
     busy = profiles.gpu_busy(profile)
     return {
-        "ring_ms": hid["comm_ms"],
-        "hidden": hid["share"],
-        "exposed_ms": hid["exposed_ms"],
-        "send_ms": theory.comm_bytes_per_step(cfg)["cp"] / 1e9 / bus_bw_gbs * 1e3,
-        "attention_ms": float(profiles.by_kind(profile).at["attention", "kernel_ms"]),
+        "cp_ms": cp_ms,
+        "hidden": both_ms(comm, attention) / cp_ms,
+        "exposed_ms": cp_ms - both_ms(comm, compute),
+        "grad_ms": float(k.at[grad, "duration_ms"]),
+        "send_ms": sent["cp"] / 1e9 / bus_bw_gbs * 1e3,
+        "grad_pred_ms": sent["dp"] / 1e9 / bus_bw_gbs * 1e3,
+        "attention_ms": union_ms(attention),
+        "compute_ms": union_ms(compute),
         "busy": busy["busy_s"] / busy["span_s"],
     }
+
+
+def step_parts(ring: dict, step_ms: float):
+    """Where a CP step's `step_ms` (a timed median) goes, from `ring` (ring_profile of a profiled
+    step of the same configuration): part and ms, for compute kernels, K/V sends with no compute
+    beside them, the gradient all-reduce, and the rest (the GPU idle, or the profiled step's own
+    overhead)."""
+    import pandas as pd
+
+    parts = {
+        "compute kernels": ring["compute_ms"],
+        "K/V sends, nothing beside them": ring["exposed_ms"],
+        "gradient all-reduce": ring["grad_ms"],
+    }
+    parts["the rest"] = step_ms - sum(parts.values())
+    return pd.DataFrame({"part": list(parts), "ms": list(parts.values())})
 
 
 def rank_work(profiled):
