@@ -360,7 +360,8 @@ ACROSS_GROUPS = {
     "05_pipeline_parallel/pipeline_parallel.ipynb": 7,
     "06_expert_parallel/expert_parallel.ipynb": 21,
     "07_choosing_a_layout/choosing_a_layout.ipynb": 3,
-    "performance.ipynb": 8,
+    "performance.ipynb": 0,
+    "performance_evidence.ipynb": 8,
 }
 
 
