@@ -32,7 +32,6 @@ CLONE = (
     f"git clone --depth 1 --branch {RELEASE} https://github.com/NVIDIA/Megatron-LM "
     f".peer/Megatron-LM"
 )
-MOE_AUX_LOSS_COEFF = 1e-2  # as megalab.train.wiring
 
 
 class PeerNotFound(FileNotFoundError):
@@ -121,8 +120,9 @@ def args(cfg) -> list[str]:
         "--bf16",
         "--transformer-impl",
         "transformer_engine" if te else "local",
-        # Megatron's linears need Apex (wiring.with_wgrad_fusion)
-        "--no-gradient-accumulation-fusion",
+        # Megatron's own linears (the output layer) fuse only with Apex (wiring.with_wgrad_fusion):
+        # auto and off run unfused, on needs Apex where pretrain_gpt.py runs
+        *(["--no-gradient-accumulation-fusion"] if cfg.grad_accum_fusion != "on" else []),
         # optimizer and schedule (megalab.train.wiring.build_training)
         "--optimizer",
         "adam",
@@ -192,7 +192,8 @@ def args(cfg) -> list[str]:
             "--moe-router-load-balancing-type",
             "none" if cfg.moe_balance == "none" else "aux_loss",
         ]
-        out += ["--moe-aux-loss-coeff", MOE_AUX_LOSS_COEFF] if cfg.moe_balance != "none" else []
+        out += ["--moe-aux-loss-coeff", cfg.moe_aux_coeff] if cfg.moe_balance != "none" else []
+        out += ["--moe-router-dtype", "fp32"] if cfg.moe_router_fp32 else []
         out += ["--moe-router-force-load-balancing"] if cfg.moe_balance == "force" else []
         out += ["--moe-grouped-gemm", "--moe-permute-fusion", "--moe-router-fusion"] if te else []
         out += ["--moe-router-pre-softmax"] if cfg.topk == 1 else []
