@@ -153,6 +153,8 @@ RULES = [
     (dict(moe_aux_coeff=0.1, experts=4, moe_balance="none"), "moe_aux_coeff=0.1: give a positive"),
     (dict(moe_aux_coeff=0.0, experts=4), "moe_aux_coeff=0: give a positive weight"),
     (dict(grad_accum_fusion="off"), None),
+    (dict(lr_warmup=10), None),
+    (dict(lr_warmup=30), "lr_warmup=30: warm up for 0 to iters - 1 (29) steps"),
     (dict(grad_accum_fusion="on", impl="local"), None),
     (
         dict(moe_balance="even", experts=4),
@@ -361,15 +363,21 @@ def test_to_dict_is_asdict_without_the_deep_copy():
         )
 
 
-def test_aux_coefficient_router_dtype_and_wgrad_fusion_at_their_defaults_keep_old_keys():
-    """The three knobs came after the records: at their defaults (0.01, the model's dtype, each
-    runner's own fusion) they stay out of key and label, so every committed record keeps its key
-    (recomputed from results/runs.jsonl, less the fields a record made before them lacks);
-    otherwise the label says so, the key differs and the flags round-trip."""
+def test_aux_coefficient_router_dtype_wgrad_fusion_and_warmup_at_defaults_keep_old_keys():
+    """The four knobs came after the records: at their defaults (0.01, the model's dtype, each
+    runner's own fusion, min(10, iters // 10) warm-up steps) they stay out of key and label, so
+    every committed record keeps its key (recomputed from results/runs.jsonl, less the fields a
+    record made before them lacks); otherwise the label says so, the key differs and the flags
+    round-trip."""
     import json
     from pathlib import Path
 
-    added = {"moe_aux_coeff": 1e-2, "moe_router_fp32": False, "grad_accum_fusion": "auto"}
+    added = {
+        "moe_aux_coeff": 1e-2,
+        "moe_router_fp32": False,
+        "grad_accum_fusion": "auto",
+        "lr_warmup": None,
+    }
     path = Path(__file__).resolve().parents[1] / "results" / "runs.jsonl"
     records = [json.loads(line) for line in path.read_text().splitlines()]
     checked = 0
@@ -386,6 +394,7 @@ def test_aux_coefficient_router_dtype_and_wgrad_fusion_at_their_defaults_keep_ol
         "moe_aux_coeff": (0.1, "_aux0.1"),
         "moe_router_fp32": (True, "_router-fp32"),
         "grad_accum_fusion": ("off", "_wgradfusion-off"),
+        "lr_warmup": (100, "_warmup100"),
     }
     parser = add_config_args(argparse.ArgumentParser())
     for name, (value, suffix) in changed.items():

@@ -402,3 +402,6 @@ def test_the_knobs_of_a_fair_pair_become_megatron_lm_flags_both_ways():
     tuned = peer.args(moe.replace(moe_aux_coeff=0.1, moe_router_fp32=True))
     assert tuned[tuned.index("--moe-aux-loss-coeff") + 1] == "0.1"
     assert tuned[tuned.index("--moe-router-dtype") + 1] == "fp32"
+    long = peer.args(moe.replace(iters=400, lr_warmup=100))
+    assert long[long.index("--lr-warmup-iters") + 1] == "100"
+    assert plain[plain.index("--lr-warmup-iters") + 1] == str(min(10, moe.iters // 10))

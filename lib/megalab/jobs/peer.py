@@ -81,7 +81,7 @@ def args(cfg) -> list[str]:
     * tp, which is chosen so that nothing is padded and both trainers build the same embedding.
     """
     te, moe, bias = cfg.impl == "te", cfg.experts > 0, theory.has_bias(cfg)
-    warmup = min(10, cfg.iters // 10)
+    warmup = cfg.lr_warmup_steps
     out = [
         # model
         "--num-layers",

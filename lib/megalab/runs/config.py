@@ -130,6 +130,9 @@ class RunConfig:
     iters: int = _f(30, "training iterations")
     seed: int = _f(1234, "random seed")
     lr: float = _f(3e-4, "peak learning rate")
+    lr_warmup: int | None = _f(
+        None, "steps of linear learning-rate warm-up from 0; None = min(10, iters // 10)"
+    )
     data: str | None = _f(None, "Megatron indexed dataset prefix; None = synthetic tokens")
     init: str = _f(
         "layout_invariant",
@@ -164,6 +167,12 @@ class RunConfig:
     def recompute_module_names(self) -> tuple[str, ...]:
         """The modules selective recomputation re-runs: recompute_modules, split at its commas."""
         return tuple(m for m in self.recompute_modules.split(",") if m)
+
+    @property
+    def lr_warmup_steps(self) -> int:
+        """Effective learning-rate warm-up (default min(10, iters // 10)), the same for both
+        runners."""
+        return min(10, self.iters // 10) if self.lr_warmup is None else self.lr_warmup
 
     @property
     def groups(self) -> int:
@@ -211,6 +220,7 @@ class RunConfig:
             (self.moe_aux_coeff != 1e-2, f"_aux{self.moe_aux_coeff:g}"),
             (self.moe_router_fp32, "_router-fp32"),
             (self.grad_accum_fusion != "auto", f"_wgradfusion-{self.grad_accum_fusion}"),
+            (self.lr_warmup is not None, f"_warmup{self.lr_warmup}"),
             (self.init != "layout_invariant" and self.runner == "megalab", f"_init-{self.init}"),
             (self.dropout > 0, f"_drop{self.dropout:g}"),
             (not self.compile, "_nocompile"),
@@ -306,6 +316,7 @@ _ADDED_AFTER_RECORDS = (
     "moe_aux_coeff",
     "moe_router_fp32",
     "grad_accum_fusion",
+    "lr_warmup",
 )
 # their defaults: what a record made before the field existed ran with (records.to_frame fills them
 # in)

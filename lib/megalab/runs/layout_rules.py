@@ -271,6 +271,8 @@ def problems(cfg, gpus_available=None, te_available=None, gpu_name=None) -> list
         )
     if c.moe_balance != "aux_loss" and not c.experts:
         add(f"moe_balance={c.moe_balance} needs a MoE model: set experts > 0 or drop --moe-balance")
+    if c.lr_warmup is not None and not 0 <= c.lr_warmup < c.iters:
+        add(f"lr_warmup={c.lr_warmup}: warm up for 0 to iters - 1 ({c.iters - 1}) steps")
     if (c.moe_aux_coeff != 1e-2 or c.moe_router_fp32) and not c.experts:
         add("--moe-aux-coeff and --moe-router-fp32 need a MoE model: set experts > 0 or drop them")
     if c.moe_aux_coeff <= 0 or (c.moe_aux_coeff != 1e-2 and c.moe_balance == "none"):

@@ -225,7 +225,7 @@ def build_training(cfg, chunks, config, ddp_config, optim_config):
         optim_config, model, config_overrides=get_standard_config_overrides(optim_config)
     )
     # linear warm-up from 0, then cosine to lr/10 at the last step
-    warmup = min(10, cfg.iters // 10)
+    warmup = cfg.lr_warmup_steps
     scheduler = OptimizerParamScheduler(
         optimizer,
         init_lr=0.0,
