@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from megalab.book import chapters
 from megalab.runs.config import RunConfig
-from megalab.book.specs import Fit, Group, Parity, Profiled, groups, items, line_for
+from megalab.book.specs import Fit, Group, Lesson, Parity, Profiled, groups, items, line_for
 
 __all__ = ["is_recorded", "plan"]
 
@@ -28,6 +28,8 @@ def is_recorded(item, store=None) -> bool:
 
     if isinstance(item, Group):
         return _group_recorded(item, store)
+    if isinstance(item, Lesson):
+        return _lesson_recorded(item, store)
     try:
         if isinstance(item, RunConfig):
             found = run(item, mode="cached", store=store, quiet=True)
@@ -53,6 +55,17 @@ def _group_recorded(group: Group, store) -> bool:
         return False
     counts = [sum(loose_key(c) == loose_key(cfg) for c, _ in timed) for cfg in group.configs]
     return profiled is not None and min(counts) >= group.rounds
+
+
+def _lesson_recorded(lesson: Lesson, store) -> bool:
+    """Every configuration of the lesson has a settled record tagged with its name."""
+    from megalab.records.store import as_store
+
+    gpu = _gpu_of(lesson) or "H200"
+    tagged = {
+        c.key for c, r in as_store(store).runs_on(gpu, "ok") if lesson.tag in (r.get("tags") or ())
+    }
+    return all(c.key in tagged for c in lesson.configs)
 
 
 # their 1-GPU points are scaling baselines: timed alone

@@ -29,6 +29,7 @@ __all__ = [
     "Parity",
     "Profiled",
     "Group",
+    "Lesson",
 ]
 
 # steps per measured run: 3 warm-up steps dropped (metrics.WARMUP_STEPS), median of the rest
@@ -205,6 +206,31 @@ class Group:
         ]
 
 
+@dataclass(frozen=True)
+class Lesson:
+    """Runs a lesson reads together for what they train, not for their step times (routing over
+    hundreds of steps): each configuration once, alone on the host, tagged with the lesson's `name`
+    ("ch06.routing"). `gpu` as for a Fit."""
+
+    name: str
+    configs: tuple[RunConfig, ...]
+    gpu: str | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "configs", tuple(self.configs))
+        keys = [c.key for c in self.configs]
+        if not keys or len(set(keys)) < len(keys):
+            raise ValueError(f"lesson {self.name}: give it distinct configurations")
+
+    @property
+    def tag(self) -> str:
+        return self.name
+
+    def plan_lines(self) -> list[str]:
+        """pack.py lines: each configuration once, alone on the host (`!`)."""
+        return [line_for(f"{self.tag}!", "run", c) for c in self.configs]
+
+
 def line_for(tag: str, sub: str, cfg: RunConfig, *extra) -> str:
     words = ([] if sub == "run" else [sub]) + config_to_args(cfg) + [str(x) for x in extra]
     return f"{tag} {shlex.join(words)}"
@@ -212,9 +238,9 @@ def line_for(tag: str, sub: str, cfg: RunConfig, *extra) -> str:
 
 def items(value):
     """Every run or question in a chapter's dict (nested lists and dicts walked in order),
-    comparison groups aside (`groups`: their runs are planned and read apart, alternated on one
+    comparison groups and lessons aside (`groups`: their runs are planned and read apart, on one
     host)."""
-    if isinstance(value, Group):
+    if isinstance(value, (Group, Lesson)):
         return
     if isinstance(value, dict):
         for v in value.values():
@@ -227,10 +253,11 @@ def items(value):
 
 
 def groups(value):
-    """Every comparison group (Group) in a chapter's dict, in order."""
+    """Every comparison group (Group) and lesson (Lesson) in a chapter's dict, in order: each is
+    planned as one block."""
     if isinstance(value, dict):
         value = list(value.values())
-    if isinstance(value, Group):
+    if isinstance(value, (Group, Lesson)):
         yield value
     elif isinstance(value, (list, tuple)):
         for v in value:

@@ -22,10 +22,12 @@ from megalab.book.chapters import (
     ch05_pipeline_parallel,
     ch06_expert_parallel,
     ch07_choosing_a_layout,
+    performance,
 )
 
 __all__ = [
     "CHAPTERS",
+    "PAGES",
     "UnknownChapter",
     "resolve",
     "runs",
@@ -48,6 +50,8 @@ CHAPTERS: dict[str, ModuleType] = {
     "ch06": ch06_expert_parallel,
     "ch07": ch07_choosing_a_layout,
 }
+# pages that are not chapters but record runs the same way (`megalab experiments performance`)
+PAGES: dict[str, ModuleType] = {"performance": performance}
 
 data_parallel = ch01_data_parallel.runs
 tensor_parallel = ch02_tensor_parallel.runs
@@ -71,8 +75,11 @@ def _folder(module: ModuleType) -> str:
 
 
 def resolve(name: str) -> str:
-    """The registry key ('ch01') for 'ch01', '01', '1', '01_data_parallel' or 'data_parallel'."""
+    """The registry key ('ch01') for 'ch01', '01', '1', '01_data_parallel' or 'data_parallel';
+    a page's name ('performance') as it is."""
     text = str(name).strip().rstrip("/").rsplit("/", 1)[-1]
+    if text in PAGES:
+        return text
     for key, module in CHAPTERS.items():
         folder = _folder(module)
         if text in (key, key[2:], str(int(key[2:])), folder, folder[3:]):
@@ -83,11 +90,11 @@ def resolve(name: str) -> str:
 
 def runs(name: str, gpus: int = 4, **kw) -> dict:
     """A chapter's runs by name, scaled to `gpus`."""
-    return CHAPTERS[resolve(name)].runs(gpus, **kw)
+    return {**CHAPTERS, **PAGES}[resolve(name)].runs(gpus, **kw)
 
 
 def pending(name: str, gpus: int = 4) -> dict:
     """Runs queued for a chapter's next version (recorded by `megalab experiments chNN --pending`,
     then moved into its `runs` once their records are committed); {} when nothing is queued."""
-    module = CHAPTERS[resolve(name)]
+    module = {**CHAPTERS, **PAGES}[resolve(name)]
     return module.pending(gpus) if hasattr(module, "pending") else {}

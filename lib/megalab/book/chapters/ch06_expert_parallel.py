@@ -28,6 +28,7 @@ from megalab.book.specs import (
     PARITY_ITERS,
     Fit,
     Group,
+    Lesson,
     Parity,
     Profiled,
     degrees,
@@ -69,7 +70,34 @@ def _groups(gpus: int) -> dict:
     )
     dp = [wide.replace(dist_opt=o) for o in (False, True)]
     ep = [wide.replace(ep=GROUP_GPUS, moe_dispatcher=d) for d in ("alltoall", "allgather")]
-    return {"ep": Group("ch06.ep", dp + ep, profiled=len(dp))}
+    return {"ep": Group("ch06.ep", dp + ep, profiled=len(dp)), "routing": _routing(wide)}
+
+
+# the routing lesson: steps, of which the learning rate warms up over the first ROUTING_WARMUP
+ROUTING_ITERS, ROUTING_WARMUP = 300, 100
+# auxiliary-loss weights it compares (None: no auxiliary loss)
+ROUTING_AUX = (0.01, 0.1, None)
+
+
+def _routing(wide) -> Lesson:
+    """ch06.routing: EP over the group's GPUs, routed in fp32, ROUTING_ITERS steps with a
+    ROUTING_WARMUP-step learning-rate warm-up, the auxiliary loss at each weight of ROUTING_AUX and
+    none: does balance recover from the imbalance at initialisation? Not a timing (CUDA graphs only
+    to make it cheap)."""
+    base = wide.replace(
+        ep=GROUP_GPUS,
+        iters=ROUTING_ITERS,
+        lr_warmup=ROUTING_WARMUP,
+        moe_router_fp32=True,
+        moe_balance="aux_loss",
+    )
+    return Lesson(
+        "ch06.routing",
+        [
+            base.replace(moe_aux_coeff=a) if a else base.replace(moe_balance="none")
+            for a in ROUTING_AUX
+        ],
+    )
 
 
 def _base(iters: int):
