@@ -19,6 +19,8 @@ from megalab.runs.flags import config_to_args
 __all__ = [
     "items",
     "groups",
+    "lessons",
+    "largest_mbs_within",
     "ITERS",
     "PARITY_ITERS",
     "GROUP_ITERS",
@@ -77,6 +79,21 @@ def predicted_largest(
             break
         best = v
     return best
+
+
+def largest_mbs_within(cfg: RunConfig, budget_gib: float, gpu: str = "H200") -> int:
+    """The largest micro-batch that divides cfg's sequences per DP rank (gbs / dp) and whose memory
+    theory predicts (theory.memory) within `budget_gib`: what the memory a layout frees buys it. At
+    least 1."""
+    from megalab.theory import memory
+
+    per_rank = cfg.gbs // cfg.dp
+    fits = [
+        m
+        for m in range(1, per_rank + 1)
+        if per_rank % m == 0 and memory(cfg.replace(mbs=m), gpu)["total"] <= budget_gib
+    ]
+    return max(fits, default=1)
 
 
 @dataclass(frozen=True)
@@ -253,12 +270,20 @@ def items(value):
 
 
 def groups(value):
-    """Every comparison group (Group) and lesson (Lesson) in a chapter's dict, in order: each is
-    planned as one block."""
+    """Every comparison group (Group) in a chapter's dict, in order."""
+    yield from _of(Group, value)
+
+
+def lessons(value):
+    """Every lesson (Lesson) in a chapter's dict, in order."""
+    yield from _of(Lesson, value)
+
+
+def _of(kind, value):
     if isinstance(value, dict):
         value = list(value.values())
-    if isinstance(value, (Group, Lesson)):
+    if isinstance(value, kind):
         yield value
     elif isinstance(value, (list, tuple)):
         for v in value:
-            yield from groups(v)
+            yield from _of(kind, v)

@@ -8,7 +8,16 @@ comparison group `ch02.tp` beside them.
 from __future__ import annotations
 
 from megalab.runs import presets
-from megalab.book.specs import GROUP_ITERS, ITERS, PARITY_ITERS, Group, Parity, Profiled, degrees
+from megalab.book.specs import (
+    GROUP_ITERS,
+    ITERS,
+    PARITY_ITERS,
+    Group,
+    Parity,
+    Profiled,
+    degrees,
+    largest_mbs_within,
+)
 
 
 # Shoeybi et al. 2019, Table 1
@@ -69,21 +78,6 @@ def runs(gpus: int = 4, iters: int = ITERS) -> dict:
     }
 
 
-def equal_memory_mbs(cfg, budget_gib: float, gpu: str = "H200") -> int:
-    """The largest micro-batch that divides cfg's sequences per DP rank (gbs / dp) and whose
-    predicted memory (theory.memory) stays within `budget_gib`: what the memory a layout frees buys
-    it. At least 1."""
-    from megalab import theory
-
-    per_rank = cfg.gbs // cfg.dp
-    fits = [
-        m
-        for m in range(1, per_rank + 1)
-        if per_rank % m == 0 and theory.memory(cfg.replace(mbs=m), gpu)["total"] <= budget_gib
-    ]
-    return max(fits, default=1)
-
-
 def _tp_vs_dp_group(small, ts: list) -> dict:
     """ch02.tp-vs-dp, from 2 GPUs: on all of them, DP (with the distributed optimizer) at
     micro-batch 8, three micro-batches a step (a global batch with many divisors), against each TP
@@ -100,5 +94,5 @@ def _tp_vs_dp_group(small, ts: list) -> dict:
     )
     budget = theory.memory(dp, "H200")["total"]
     tps = [dp.replace(tp=t, dist_opt=t < top) for t in ts if t > 1]
-    tps = [c.replace(mbs=equal_memory_mbs(c, budget)) for c in tps]
+    tps = [c.replace(mbs=largest_mbs_within(c, budget)) for c in tps]
     return {"tp_vs_dp": Group("ch02.tp-vs-dp", [dp, *tps], profiled=len(tps))}

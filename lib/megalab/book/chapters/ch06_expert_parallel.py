@@ -70,13 +70,23 @@ def _groups(gpus: int) -> dict:
     )
     dp = [wide.replace(dist_opt=o) for o in (False, True)]
     ep = [wide.replace(ep=GROUP_GPUS, moe_dispatcher=d) for d in ("alltoall", "allgather")]
-    return {"ep": Group("ch06.ep", dp + ep, profiled=len(dp)), "routing": _routing(wide)}
+    return {"ep": Group("ch06.ep", dp + ep, profiled=len(dp))}
 
 
 # the routing lesson: steps, of which the learning rate warms up over the first ROUTING_WARMUP
 ROUTING_ITERS, ROUTING_WARMUP = 300, 100
 # auxiliary-loss weights it compares (None: no auxiliary loss)
 ROUTING_AUX = (0.01, 0.1, None)
+
+
+def _lessons(gpus: int) -> dict:
+    """The routing lesson, from GROUP_GPUS GPUs."""
+    if gpus < GROUP_GPUS:
+        return {}
+    wide = _base(ROUTING_ITERS).replace(
+        gpus=GROUP_GPUS, mbs=GROUP_MBS, gbs=GROUP_MBS * GROUP_GPUS, cuda_graphs="te"
+    )
+    return {"routing": _routing(wide)}
 
 
 def _routing(wide) -> Lesson:
@@ -149,6 +159,8 @@ def runs(gpus: int = 2, iters: int = ITERS) -> dict:
             for d in ("alltoall", "allgather")
         ],
         "groups": _groups(gpus),
+        # routing over hundreds of steps: runs read together, not timed
+        "lessons": _lessons(gpus),
     }
 
 
