@@ -8,6 +8,10 @@ torchrun with `args(cfg)`, this module reads its log back into the step lines me
 prints (`parse_log`), and the store keeps the record beside the trainer's, tagged "peer". The
 comparison is fair by construction: the same model, layout, batch, optimizer and schedule, the
 same fusions where Megatron-LM has a flag for them, speed counted with megalab's own FLOP formula.
+One fusion differs unless the config says otherwise: at grad_accum_fusion auto the trainer
+accumulates weight gradients inside TE's GEMMs and the peer runs --no-gradient-accumulation-fusion
+(its output layer needs Apex for the fusion); grad_accum_fusion off (or on, where Apex is installed)
+makes both sides the same, as the performance page's pair perf.peer does.
 
 Megatron-LM is found at --megatron-lm PATH, else $MEGATRON_LM, else .peer/Megatron-LM in the
 checkout (git clone --depth 1 --branch core_v0.16.1 https://github.com/NVIDIA/Megatron-LM
