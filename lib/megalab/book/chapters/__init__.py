@@ -22,7 +22,7 @@ from megalab.book.chapters import (
     ch05_pipeline_parallel,
     ch06_expert_parallel,
     ch07_choosing_a_layout,
-    performance,
+    performance_runs,
 )
 
 __all__ = [
@@ -51,7 +51,7 @@ CHAPTERS: dict[str, ModuleType] = {
     "ch07": ch07_choosing_a_layout,
 }
 # pages that are not chapters but record runs the same way (`megalab experiments performance`)
-PAGES: dict[str, ModuleType] = {"performance": performance}
+PAGES: dict[str, ModuleType] = {"performance": performance_runs}
 
 data_parallel = ch01_data_parallel.runs
 tensor_parallel = ch02_tensor_parallel.runs
