@@ -164,7 +164,7 @@ def plan(
     runs queued for the chapter's next version instead of the ones it reads now. `host_gpus`: the
     GPUs of the host that runs the plan, when it has more than `gpus` (timed runs then run
     alone)."""
-    chapter = chapters.resolve(chapter)
+    chapter = chapters.key_of(chapter)
     return [line for _, line in _jobs(chapter, gpus, gpu, missing_only, store, pending, host_gpus)]
 
 

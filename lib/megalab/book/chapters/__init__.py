@@ -30,6 +30,7 @@ __all__ = [
     "PAGES",
     "UnknownChapter",
     "resolve",
+    "key_of",
     "runs",
     "pending",
     "data_parallel",
@@ -75,11 +76,8 @@ def _folder(module: ModuleType) -> str:
 
 
 def resolve(name: str) -> str:
-    """The registry key ('ch01') for 'ch01', '01', '1', '01_data_parallel' or 'data_parallel';
-    a page's name ('performance') as it is."""
+    """The registry key ('ch01') for 'ch01', '01', '1', '01_data_parallel' or 'data_parallel'."""
     text = str(name).strip().rstrip("/").rsplit("/", 1)[-1]
-    if text in PAGES:
-        return text
     for key, module in CHAPTERS.items():
         folder = _folder(module)
         if text in (key, key[2:], str(int(key[2:])), folder, folder[3:]):
@@ -90,11 +88,20 @@ def resolve(name: str) -> str:
 
 def runs(name: str, gpus: int = 4, **kw) -> dict:
     """A chapter's runs by name, scaled to `gpus`."""
-    return {**CHAPTERS, **PAGES}[resolve(name)].runs(gpus, **kw)
+    return _module(name).runs(gpus, **kw)
 
 
 def pending(name: str, gpus: int = 4) -> dict:
     """Runs queued for a chapter's next version (recorded by `megalab experiments chNN --pending`,
     then moved into its `runs` once their records are committed); {} when nothing is queued."""
-    module = {**CHAPTERS, **PAGES}[resolve(name)]
+    module = _module(name)
     return module.pending(gpus) if hasattr(module, "pending") else {}
+
+
+def key_of(name: str) -> str:
+    """resolve's key for a chapter; a page of PAGES ('performance') by its own name."""
+    return name if name in PAGES else resolve(name)
+
+
+def _module(name: str) -> ModuleType:
+    return PAGES[name] if name in PAGES else CHAPTERS[resolve(name)]
