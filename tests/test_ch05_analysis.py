@@ -198,6 +198,7 @@ def test_bubble_figure_marks_coincident_lines_and_reads_ticks_in_percent():
 
 def test_table_words_booleans_and_pads_cells():
     df = pd.DataFrame({"layout": ["PP 2", "PP 2 × VPP 2"], "wide": [True, False], "x": [1.0, 0.9]})
+    df = pd.concat([df, df])  # a repeated index, as pd.concat of per-run tables makes
     html = ch05.table(df, {"layout": "Schedule", "wide": "Wide", "x": "Ratio"}).to_html()
     assert "yes" in html and "no" in html and "True" not in html and "padding" in html
 

@@ -313,21 +313,34 @@ def bubble_figure(bubble, title: str):
         points = {(float(x), round(float(y), 12)) for x, y in zip(trace.x, trace.y)}
         same = next((name for name, pts in seen.items() if points <= pts), None)
         if same:
-            trace.update(mode="lines+markers", marker=dict(size=9), name=f"{trace.name} (on {same})")
+            trace.update(
+                mode="lines+markers", marker=dict(size=9), name=f"{trace.name} (on {same})"
+            )
         seen[trace.name] = points
-    ticks = [t for t in BUBBLE_TICKS if bubble["bubble"].min() / 2 <= t <= bubble["bubble"].max() * 2]
+    ticks = [
+        t for t in BUBBLE_TICKS if bubble["bubble"].min() / 2 <= t <= bubble["bubble"].max() * 2
+    ]
     fig.update_yaxes(type="log", tickvals=ticks, ticktext=[f"{100 * t:g}%" for t in ticks])
     return fig
 
 
 # cells apart: the book's tables have no padding of their own
-PADDING = [{"selector": "th, td", "props": "padding: 0.2em 0.8em; text-align: right"}]
+PADDING = [{"selector": "th, td", "props": "padding: 0.2em 0.8em"}]
 
 
 def table(df, columns: dict, digits: dict | None = None):
-    """frame.table with padded cells, so that neighbouring columns do not run together; True and
-    False read "yes" and "no"."""
+    """frame.table with padded cells, so that neighbouring columns do not run together, text
+    columns aligned left; True and False read "yes" and "no"."""
     from megalab.book import frame
 
     words = {c: df[c].map({True: "yes", False: "no"}) for c in columns if df[c].dtype == bool}
-    return frame.table(df.assign(**words), columns, digits).set_table_styles(PADDING)
+    df = df.assign(**words).reset_index(drop=True)  # Styler.set_properties needs a unique index
+    text = [h if isinstance(h, str) else h[0] for c, h in columns.items() if _is_text(df[c])]
+    styler = frame.table(df, columns, digits).set_table_styles(PADDING)
+    return styler.set_properties(subset=text, **{"text-align": "left"})
+
+
+def _is_text(values) -> bool:
+    import pandas as pd
+
+    return not pd.api.types.is_numeric_dtype(values)
