@@ -16,8 +16,11 @@ import json
 import re
 
 L2_MB = 50  # H100/H200 SXM L2 cache, MB (NVIDIA Hopper architecture whitepaper)
-# tools/gpu/host_probe.py's output, under the results store
+# tools/gpu/host_probe.py's output, under the results store: the 4×H200 host (4-GPU collectives,
+# timed steps) and the 2×H200 host (matmul, HBM, 2-GPU collectives)
 PROBE = "probes/host-4xh200/host_probe.json"
+PROBE_2 = "probes/host-2xh200/host_probe.json"
+HOSTS = {"4×H200 host": PROBE, "2×H200 host": PROBE_2}
 # the comparison group holding an eager and a graphed step
 GROUP = "ch02.tp"
 _POINT = ["bench", "op", "dtype", "gpus", "size_bytes", "n", "source"]
@@ -104,12 +107,12 @@ def probe_checks(nccl):
     return shown(out.rename_axis("GPUs").reset_index())
 
 
-def host_probe(store=None) -> dict:
-    """The host probe file of the results store (PROBE), with `links`: the NVLink count of every GPU
-    pair ("NV18") read from its `nvidia-smi topo -m` table."""
+def host_probe(store=None, name: str = PROBE) -> dict:
+    """A host probe file of the results store (PROBE by default), with `links`: the NVLink count of
+    every GPU pair ("NV18") read from its `nvidia-smi topo -m` table."""
     from megalab.records.store import as_store
 
-    path = as_store(store).root / PROBE
+    path = as_store(store).root / name
     probe = json.loads(path.read_text())
     return {**probe, "links": links(probe.get("topo", ""))}
 
@@ -156,10 +159,12 @@ def yours(df) -> dict | None:
 
 def host_table(probe: dict, mine: dict | None = None):
     """The host in words: CPU, cores, VM or bare metal, GPUs, NCCL, links, launch costs; with `mine`
-    (yours(df)), a second column for the reader's own host."""
+    (yours(df)), a column for the reader's own host. `probe` is one host_probe() (column "reference
+    host") or {column name: host_probe()} for several reference hosts."""
     import pandas as pd
 
-    cols = {"reference host": probe} | ({"your host": mine} if mine else {})
+    refs = {"reference host": probe} if "cpu_model" in probe else dict(probe)
+    cols = refs | ({"your host": mine} if mine else {})
     return shown(
         pd.DataFrame({name: _host_words(h) for name, h in cols.items()})
         .rename_axis("")
@@ -223,7 +228,7 @@ def host_figure(cost: dict, title: str = "gpt-1.2b, TP 2, one step: eager agains
     dots."""
     from megalab.charts._style import PALETTE, _figure
 
-    fig = _figure(title, yaxis_title="ms per step", showlegend=False)
+    fig = _figure(title, yaxis_title="ms per step", legend=dict(orientation="h", y=-0.15))
     for i, (x, k) in enumerate((("eager", "eager"), ("CUDA graphs", "graphs"))):
         med = cost[f"{k}_ms"]
         fig.add_bar(
@@ -231,6 +236,7 @@ def host_figure(cost: dict, title: str = "gpt-1.2b, TP 2, one step: eager agains
             y=[med],
             marker_color=PALETTE[i],
             width=0.5,
+            showlegend=False,
             error_y=dict(
                 type="data",
                 symmetric=False,
@@ -243,6 +249,44 @@ def host_figure(cost: dict, title: str = "gpt-1.2b, TP 2, one step: eager agains
         y=cost["eager_runs"],
         mode="markers",
         marker=dict(color="black", size=8),
-        name="each eager run",
+        name="median of each eager run",
     )
-    return fig.update_layout(height=380)
+    fig.add_scatter(  # a legend entry for the error bars
+        x=[None],
+        y=[None],
+        mode="markers",
+        marker=dict(symbol="line-ns-open", color="#444", size=14, line=dict(width=2)),
+        name="error bar: 95% interval of the median step",
+    )
+    return fig.update_layout(height=420)
+
+
+def recordings_table(records, probes: dict[str, dict]):
+    """The benchmark recordings in words: one row per machine and software environment
+    (records.provenance), with the GPU-to-GPU links read from that host's probe in `probes`
+    ({GPU count: host_probe()}) where the record itself says "none" (records made before the
+    environment read `nvidia-smi topo`'s NV# links)."""
+    from megalab.records import schema
+
+    prov = schema.provenance(records)
+    rows = []
+    for _, r in prov.iterrows():
+        gpus = r["gpus"][0] if len(r["gpus"]) == 1 else None
+        links = r["interconnect"]
+        if links in (None, "none") and gpus in probes and "NVIDIA H200" in r["gpu_name"]:
+            links = f"NVLink ({', '.join(probes[gpus]['links'])}), from the host probe"
+        elif links in (None, "none"):
+            links = "not recorded"
+        rows.append({
+            "GPU": r["gpu_name"].removeprefix("NVIDIA "),
+            "GPUs": ", ".join(str(g) for g in r["gpus"]),
+            "links between GPUs": links,
+            "driver": r["driver"],
+            "CUDA": r["cuda"],
+            "PyTorch": r["torch"],
+            "points": int(r["records"]),
+            "recorded on": str(r["first"])[:10],
+        })
+    import pandas as pd
+
+    return shown(pd.DataFrame(rows))

@@ -55,9 +55,10 @@ def reduce_cost(cfgs, gpu: str = "H200"):
 def weak_scaling(group, reduce=None):
     """The comparison group ch01.dp-weak (timings.group) as a weak-scaling table, one row per DP
     degree, fewest GPUs first: 'GPUs', 'step (ms)' (median) with its 95% interval 'low (ms)'..'high
-    (ms)', 'tokens per second', 'efficiency' (the one-GPU step over this one: the work per GPU is
-    fixed), 'MFU', 'GPU busy' (the profiled configuration's share). With `reduce` (reduce_cost):
-    'predicted step (ms)', the one-GPU step plus the all-reduce, and 'predicted efficiency'."""
+    (ms)' and in words 'interval (ms)' ("101.2 – 101.9"), 'tokens per second', 'efficiency' (the
+    one-GPU step over this one: the work per GPU is fixed), 'MFU', 'GPU busy' (the profiled
+    configuration's share). With `reduce` (reduce_cost): 'predicted step (ms)', the one-GPU step
+    plus the all-reduce, and 'predicted efficiency'."""
     import pandas as pd
 
     df = pd.DataFrame(
@@ -76,6 +77,7 @@ def weak_scaling(group, reduce=None):
     t1 = df["step (ms)"].iloc[0]
     df["tokens per second"] = df.pop("tokens") / df["step (ms)"] * 1e3
     df["efficiency"] = t1 / df["step (ms)"]
+    df["interval (ms)"] = interval_text(df["low (ms)"], df["high (ms)"])
     if reduce is not None:
         df["predicted step (ms)"] = t1 + df["GPUs"].map(reduce["all-reduce (ms)"]).fillna(0.0)
         df["predicted efficiency"] = t1 / df["predicted step (ms)"]
@@ -232,6 +234,46 @@ def parity_curves(parity) -> dict:
     }
 
 
+def interval_text(lo, hi, digits: int = 1) -> list[str]:
+    """Intervals in words, one per pair of `lo` and `hi`: "101.2 – 101.9"."""
+    return [f"{a:.{digits}f} – {b:.{digits}f}" for a, b in zip(lo, hi)]
+
+
+def parity_difference(curves: dict, band: float, title: str):
+    """The loss parity as a difference: every curve of `curves` (parity_curves) after the first,
+    minus the first (the one-GPU reference), per step, inside the ±band ribbon it must stay in."""
+    from megalab.charts._style import PALETTE, _figure
+
+    (ref_name, ref), *others = curves.items()
+    steps = list(ref["step"])
+    fig = _figure(
+        title,
+        xaxis_title="step",
+        yaxis_title=f"loss minus {ref_name}'s",
+        legend=dict(orientation="h", y=-0.25),
+    )
+    fig.add_scatter(
+        x=steps + steps[::-1],
+        y=[band] * len(steps) + [-band] * len(steps),
+        fill="toself",
+        line=dict(width=0),
+        fillcolor="rgba(31,95,168,0.15)",
+        hoverinfo="skip",
+        name=f"allowed band, ±{band:g}",
+    )
+    for i, (name, s) in enumerate(others, start=1):
+        loss = dict(zip(s["step"], s["loss"]))
+        common = [st for st in steps if st in loss]
+        fig.add_scatter(
+            x=common,
+            y=[loss[st] - r for st, r in zip(steps, ref["loss"]) if st in loss],
+            mode="lines",
+            name=name,
+            line=dict(color=PALETTE[i % len(PALETTE)]),
+        )
+    return fig.update_layout(yaxis_range=[-2 * band, 2 * band])
+
+
 def group_runs_table(group):
     """The comparison group's runs (timings.group) for the evidence page, one row per layout:
     'layout' (frame.describe), 'runs', 'each run (ms)' (each run's median step, in the order they
@@ -297,13 +339,12 @@ SHOWN = {
         {
             "GPUs": "GPUs",
             "step (ms)": "Step, median (ms)",
-            "low (ms)": "95% interval from (ms)",
-            "high (ms)": "95% interval to (ms)",
+            "interval (ms)": "95% interval (ms)",
             "efficiency": ("Efficiency (%)", 100),
             "predicted efficiency": ("Predicted efficiency (%)", 100),
             "MFU": ("MFU (%)", 100),
         },
-        {"Step, median (ms)": 1, "95% interval from (ms)": 1, "95% interval to (ms)": 1},
+        {"Step, median (ms)": 1},
     ),
     "fits": (
         {

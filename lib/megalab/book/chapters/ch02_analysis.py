@@ -8,6 +8,7 @@ a tensor-parallel step goes, and memory per GPU against theory.
     ch02_analysis.beside_paper(df, "speedup", "paper_speedup")   # rows for charts.grouped_bars
     ch02_analysis.eager_vs_graphs(g)             # one TP run launched eagerly and from CUDA graphs
     ch02_analysis.step_parts(g, profile, busbw)  # the profiled TP step: compute, all-reduces, waits
+    ch02_analysis.timeline(profile, title)       # its kernels, the long NCCL waits marked
     ch02_analysis.memory(results, "H200")        # measured peak against theory, largest micro-batch
     ch02_analysis.parity_curves(parities)        # loss curves named by layout
     ch02_analysis.runs_table(g)                  # the evidence page: every configuration's runs
@@ -18,6 +19,8 @@ in both), and any run without CUDA graphs (eager).
 """
 
 from __future__ import annotations
+
+from megalab.book.chapters.ch01_analysis import interval_text
 
 __all__ = [
     "MEASURED",
@@ -30,6 +33,7 @@ __all__ = [
     "beside_paper",
     "eager_vs_graphs",
     "step_parts",
+    "timeline",
     "memory",
     "parity_curves",
     "runs_table",
@@ -99,8 +103,8 @@ def _graphed(g, keep):
 
 def strong_scaling(g):
     """gpt-1.2b with CUDA graphs at each TP size of group `g` (timings.group): tp, layout,
-    median_ms, lo_ms, hi_ms, mfu, speedup (the one-GPU median over this one) and paper_speedup
-    (Table 8)."""
+    median_ms, lo_ms, hi_ms, interval (lo_ms – hi_ms in words), mfu, speedup (the one-GPU median
+    over this one) and paper_speedup (Table 8)."""
     import pandas as pd
 
     rows = _graphed(g, lambda c: c.name == WEAK_TP_MODELS[1])
@@ -118,6 +122,7 @@ def strong_scaling(g):
             "mfu": rows["mfu"],
         }
     )
+    out["interval"] = interval_text(out["lo_ms"], out["hi_ms"])
     out["speedup"] = out["median_ms"].iloc[0] / out["median_ms"]
     out["paper_speedup"] = [PAPER_STRONG_SPEEDUP.get(t, float("nan")) for t in out["tp"]]
     return out.reset_index(drop=True)
@@ -275,6 +280,33 @@ def step_parts(g, profile: dict, busbw_gbs: float):
     return out
 
 
+def timeline(profile: dict, title: str, wait_ms: float = 1.0):
+    """charts.kernel_timeline of `profile` with every NCCL kernel longer than `wait_ms` shaded and
+    labelled: a TP all-reduce moves its bytes in well under a millisecond (step_parts), so a longer
+    one is mostly a rank waiting for the others. fig.layout.meta: span_ms, the profiled step's
+    length from its first kernel to the end of its last, and waits_ms, the shaded kernels' total."""
+    from megalab import charts
+
+    t = profile["timeline"]
+    rows = [dict(zip(t["columns"], k)) for k in t["kernels"]]
+    start = min(r["start_ms"] for r in rows)
+    span = max(r["start_ms"] + r["duration_ms"] for r in rows) - start
+    waits = [r for r in rows if r["category"] == "nccl" and r["duration_ms"] > wait_ms]
+    fig = charts.kernel_timeline(profile, title=title)
+    for i, r in enumerate(sorted(waits, key=lambda r: -r["duration_ms"])):
+        fig.add_vrect(
+            x0=r["start_ms"] - start,
+            x1=r["start_ms"] - start + r["duration_ms"],
+            fillcolor="#d1495b",
+            opacity=0.15,
+            line_width=0,
+            annotation_text="NCCL, waiting" if i < 2 else None,
+            annotation_position="top left",
+        )
+    waited = sum(r["duration_ms"] for r in waits)
+    return fig.update_layout(meta={"span_ms": span, "waits_ms": waited})
+
+
 def memory(results, gpu: str):
     """Peak memory per GPU of each run against theory: layout, measured_gib (peak reserved),
     predicted_gib (theory.memory) and largest_mbs (the largest micro-batch theory fits on `gpu` in
@@ -302,8 +334,8 @@ def memory(results, gpu: str):
 def runs_table(g):
     """Group `g` run by run, for the evidence page: configuration (model and layout in words, with
     or without CUDA graphs), runs, run_medians (each run's median step in ms, in the order they
-    ran), median_ms, lo_ms, hi_ms, half (the 95% interval's half-width over the median), wide and
-    mfu."""
+    ran), median_ms, lo_ms, hi_ms, interval (the two in words), half (the 95% interval's half-width
+    over the median), wide ("yes" when the interval is wider than ±2%) and mfu."""
     import pandas as pd
 
     return pd.DataFrame(
@@ -317,8 +349,9 @@ def runs_table(g):
             "median_ms": g["median_ms"],
             "lo_ms": g["lo_ms"],
             "hi_ms": g["hi_ms"],
+            "interval": interval_text(g["lo_ms"], g["hi_ms"]),
             "half": g["half"],
-            "wide": g["wide"],
+            "wide": g["wide"].map({True: "yes", False: "no"}).to_numpy(),
             "mfu": g["mfu"],
         }
     ).reset_index(drop=True)
