@@ -189,3 +189,20 @@ def test_host_cost_of_the_recorded_group():
     cost = ch00.host_cost(timings.group(None, ch00.GROUP, "H200"))
     assert cost["eager_ms"] > 2 * cost["graphs_ms"]
     assert cost["busy"] >= 0.7
+
+
+def test_recordings_table_reads_links_from_the_probe_where_the_record_says_none():
+    env = {"gpu_name": "NVIDIA H200", "interconnect": "none", "driver": "1", "cuda": "13.0"}
+    rec = {"env": {**env, "torch": "2.11.0", "gpu_count": 2}, "recorded_at": "2026-11-26T19:16"}
+    t = ch00.recordings_table([rec], {2: {"links": ["NV18"]}}).data
+    assert t.loc[0, "Links between GPUs"] == "NVLink (NV18), from the host probe"
+    assert t.loc[0, "GPU"] == "H200" and t.loc[0, "Recorded on"] == "2026-11-26"
+    assert ch00.recordings_table([rec], {}).data.loc[0, "Links between GPUs"] == "not recorded"
+
+
+def test_host_table_takes_several_reference_hosts():
+    probe = ch00.host_probe()
+    two = ch00.host_probe(name=ch00.PROBE_2)
+    t = ch00.host_table({"4×H200 host": probe, "2×H200 host": two}).data.set_index("")
+    assert list(t.columns) == ["4×H200 host", "2×H200 host"]
+    assert t.loc["GPU-to-GPU links", "2×H200 host"] == "NV18"

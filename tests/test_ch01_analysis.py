@@ -126,3 +126,15 @@ def test_show_heads_every_table_in_words():
             isinstance(h, str) and not h[0].islower()
             for h in (spec if isinstance(spec, str) else spec[0] for spec in columns.values())
         ), kind
+
+
+def test_parity_difference_draws_the_band_and_each_layout_minus_the_reference():
+    curves = {
+        "1 GPU": {"step": [0, 1, 2], "loss": [10.0, 9.0, 8.0]},
+        "DP 4": {"step": [0, 1, 2], "loss": [10.0, 9.01, 7.99]},
+    }
+    fig = ch01.parity_difference(curves, 0.02, "t")
+    band, dp4 = fig.data
+    assert max(band.y) == 0.02 and min(band.y) == -0.02
+    assert dp4.name == "DP 4" and [round(v, 3) for v in dp4.y] == [0.0, 0.01, -0.01]
+    assert ch01.interval_text([1.04], [2.26]) == ["1.0 – 2.3"]

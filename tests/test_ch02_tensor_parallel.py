@@ -209,3 +209,13 @@ def test_diagram_text_fits_the_picture():
         r"2 all-reduces forward and 2 backward",
         (ROOT / "book/02_tensor_parallel/tensor_parallel.svg").read_text(),
     )
+
+
+def test_timeline_marks_the_long_nccl_kernels_and_spans_the_profiled_step():
+    from megalab.records import timings
+
+    prof = timings.group_runs(None, "ch02.tp", "H200")[1]
+    fig = ch02.timeline(prof["profile"], "t")
+    assert fig.layout.meta["span_ms"] > fig.layout.meta["waits_ms"] > 0
+    assert fig.data[-1].name == "gemm"  # drawn last, on top
+    assert len(fig.layout.shapes) >= 2

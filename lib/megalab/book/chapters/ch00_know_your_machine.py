@@ -280,12 +280,12 @@ def recordings_table(records, probes: dict[str, dict]):
         rows.append({
             "GPU": r["gpu_name"].removeprefix("NVIDIA "),
             "GPUs": ", ".join(str(g) for g in r["gpus"]),
-            "links between GPUs": links,
-            "driver": r["driver"],
+            "Links between GPUs": links,
+            "Driver": r["driver"],
             "CUDA": r["cuda"],
             "PyTorch": r["torch"],
-            "points": int(r["records"]),
-            "recorded on": str(r["first"])[:10],
+            "Points": int(r["records"]),
+            "Recorded on": str(r["first"])[:10],
         })
     import pandas as pd
 

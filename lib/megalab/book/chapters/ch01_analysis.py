@@ -239,17 +239,17 @@ def interval_text(lo, hi, digits: int = 1) -> list[str]:
     return [f"{a:.{digits}f} – {b:.{digits}f}" for a, b in zip(lo, hi)]
 
 
-def parity_difference(curves: dict, band: float, title: str):
+def parity_difference(curves: dict, band: float, title: str, y_title: str = "loss minus one GPU's"):
     """The loss parity as a difference: every curve of `curves` (parity_curves) after the first,
     minus the first (the one-GPU reference), per step, inside the ±band ribbon it must stay in."""
     from megalab.charts._style import PALETTE, _figure
 
-    (ref_name, ref), *others = curves.items()
+    (_, ref), *others = curves.items()
     steps = list(ref["step"])
     fig = _figure(
         title,
         xaxis_title="step",
-        yaxis_title=f"loss minus {ref_name}'s",
+        yaxis_title=y_title,
         legend=dict(orientation="h", y=-0.25),
     )
     fig.add_scatter(

@@ -293,15 +293,17 @@ def timeline(profile: dict, title: str, wait_ms: float = 1.0):
     span = max(r["start_ms"] + r["duration_ms"] for r in rows) - start
     waits = [r for r in rows if r["category"] == "nccl" and r["duration_ms"] > wait_ms]
     fig = charts.kernel_timeline(profile, title=title)
+    # GEMMs on top: at this zoom the forward's all-reduces would otherwise hide them
+    fig.data = [d for d in fig.data if d.name != "gemm"] + [d for d in fig.data if d.name == "gemm"]
     for i, r in enumerate(sorted(waits, key=lambda r: -r["duration_ms"])):
+        label = dict(annotation_text="NCCL: waiting", annotation_position="top right") if i < 2 else {}
         fig.add_vrect(
             x0=r["start_ms"] - start,
             x1=r["start_ms"] - start + r["duration_ms"],
             fillcolor="#d1495b",
             opacity=0.15,
             line_width=0,
-            annotation_text="NCCL, waiting" if i < 2 else None,
-            annotation_position="top left",
+            **label,
         )
     waited = sum(r["duration_ms"] for r in waits)
     return fig.update_layout(meta={"span_ms": span, "waits_ms": waited})
