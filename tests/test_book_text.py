@@ -1,6 +1,6 @@
 """The rewritten chapters (megalab.book.frame.REWRITTEN) keep the reader-path budgets of
-megalab.book.budgets: prose words, glue, cell size, parameters; their Evidence pages sit under them
-in _toc.yml and are exempt."""
+megalab.book.budgets: prose words, glue, {eval} said above its read, cell size, parameters; their
+Evidence pages sit under them in _toc.yml and are exempt."""
 
 import json
 from pathlib import Path
@@ -117,9 +117,9 @@ PARAMS = ("code", 'mode: str = "cached"   # where results come from\ngpus: int =
 
 def test_a_kept_notebook_has_no_problems():
     book = nb(
-        ("markdown", "# Title\n\nTP 2 takes {glue:text}`tp2_ms:.1f` ms."),
         PARAMS,
-        ("code", 'glue("tp2_ms", 12.5, display=False)'),
+        ("code", 'say("tp2_ms", 12.5, ".1f")'),
+        ("markdown", "# Title\n\nTP 2 takes {eval}`tp2_ms` ms."),
     )
     assert budgets.problems(book) == []
 
@@ -221,4 +221,28 @@ def test_said_names_and_eval_reads_count_as_glue():
     assert budgets.glue_problems(book) == [
         "the prose reads 'never', which the notebook never glues",
         "glued but never read: 'unread'",
+    ]
+
+
+def test_say_calls_count_against_the_glue_budget():
+    says = "\n".join(f'say("n{i}", {i}, "d")' for i in range(budgets.GLUES + 1))
+    reads = " ".join(f"{{eval}}`n{i}`" for i in range(budgets.GLUES + 1))
+    book = nb(("markdown", f"# T\n\n{reads}"), PARAMS, ("code", says))
+    assert budgets.glue_problems(book) == [
+        f"{budgets.GLUES + 1} glue( calls: at most {budgets.GLUES}"
+    ]
+
+
+def test_jupyterlab_reads_eval_of_names_said_above():
+    book = nb(
+        ("code", 'say("above", 1.5, ".1f")\nfor t in (2, 4):\n    say(f"tp{t}_ms", t, "d")'),
+        ("markdown", "{eval}`above` and {eval}`tp4_ms` ms; {eval}`below`, {glue:text}`g:.1f`"),
+        ("code", 'say("below", 2, "d")\nglue("g", 3.0, display=False)'),
+        ("markdown", "{eval}`below` now; {eval}`g` was glued, never said"),
+    )
+    assert budgets.jupyterlab_problems(book) == [
+        "cell 1 reads glue, which JupyterLab shows as markup: say the value and read it with "
+        "{eval} (tools/glue_to_eval.py)",
+        "cell 1 reads {eval}`below` before a code cell says it",
+        "cell 3 reads {eval}`g` before a code cell says it",
     ]

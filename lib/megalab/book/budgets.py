@@ -11,7 +11,9 @@ CELL_COLUMNS columns, no `def`. Over the whole notebook: at most GLUES `glue(` o
 naming its value with a string literal (or an f-string, read as a pattern); every name the prose
 reads ({glue:text}, {eval}, {glue:}, {glue:figure}, the glue directives) is glued, every glued name
 is read; one cell tagged `parameters`, holding literals only; every paper cited on the reader path
-("Korthikanti et al. 2022") linked at least once (megalab.book.references has the links).
+("Korthikanti et al. 2022") linked at least once (megalab.book.references has the links). For
+JupyterLab, which shows `{glue:...}` roles as markup and evaluates `{eval}` when a markdown cell
+runs: the prose reads numbers with `{eval}` only, each name said (`say(`) by a code cell above it.
 """
 
 from __future__ import annotations
@@ -38,7 +40,10 @@ _LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
 _WORD = re.compile(r"[A-Za-z0-9]+(?:['’.,-][A-Za-z0-9]+)*")
 
 GLUE_CALL = re.compile(r"\b(?:glue|say)\(")  # say: megalab.book.prose
+SAY_CALL = re.compile(r"\bsay\(")
 _GLUE_NAME = re.compile(r"\b(?:glue|say)\(\s*(f?)(['\"])(.*?)\2")
+_EVAL_READ = re.compile(r"\{eval\}`([^`]+)`")
+_GLUE_MARKUP = re.compile(r"\{glue(?::\w*)?\}`|^\s*(?:`{3,}|:{3,})\{glue", re.M)
 _GLUE_READ = re.compile(r"\{(?:glue(?::\w*)?|eval)\}`([^`:]+)(?::[^`]*)?`")
 _GLUE_DIRECTIVE = re.compile(r"^\s*(?:`{3,}|:{3,})\{glue(?::\w*)?\}\s+(\S+)", re.M)
 _DEF = re.compile(r"^\s*(async\s+)?def\s", re.M)
@@ -79,15 +84,15 @@ def prose_words(nb: dict) -> int:
     return sum(words(source(c)) for c in reader_path(nb) if c.get("cell_type") == "markdown")
 
 
-def glued(nb: dict) -> tuple[set[str], list[re.Pattern], list[str]]:
+def glued(nb: dict, calls: re.Pattern = GLUE_CALL) -> tuple[set[str], list[re.Pattern], list[str]]:
     """(literal names, f-string names as patterns, calls whose name cannot be read) of the
-    notebook's glue calls."""
+    notebook's glue calls (`calls`: SAY_CALL for its say calls only)."""
     names, patterns, unread = set(), [], []
     for cell in nb.get("cells", []):
         if cell.get("cell_type") != "code":
             continue
         text = source(cell)
-        for m in GLUE_CALL.finditer(text):
+        for m in calls.finditer(text):
             named = _GLUE_NAME.match(text, m.start())
             if not named:
                 unread.append(text[m.start() : m.start() + 60].splitlines()[0])
@@ -123,6 +128,31 @@ def glue_problems(nb: dict, limit: int = GLUES) -> list[str]:
         for p in patterns
         if not any(p.match(n) for n in reads)
     ]
+    return out
+
+
+def jupyterlab_problems(nb: dict) -> list[str]:
+    """The prose as JupyterLab shows it: a `{glue:...}` role or directive is raw markup there
+    (rewrite it with tools/glue_to_eval.py), and an `{eval}` reading a name no code cell above it
+    says shows an error until that cell ran and the markdown runs again."""
+    out, names, patterns = [], set(), []
+    for i, cell in enumerate(nb.get("cells", [])):
+        text = source(cell)
+        if cell.get("cell_type") == "code":
+            said, said_patterns, _ = glued({"cells": [cell]}, SAY_CALL)
+            names |= said
+            patterns += said_patterns
+            continue
+        if cell.get("cell_type") != "markdown":
+            continue
+        if _GLUE_MARKUP.search(text):
+            out.append(
+                f"cell {i} reads glue, which JupyterLab shows as markup: say the value and read "
+                f"it with {{eval}} (tools/glue_to_eval.py)"
+            )
+        for name in dict.fromkeys(n.strip() for n in _EVAL_READ.findall(text)):
+            if name not in names and not any(p.match(name) for p in patterns):
+                out.append(f"cell {i} reads {{eval}}`{name}` before a code cell says it")
     return out
 
 
@@ -206,6 +236,7 @@ def problems(nb: dict, words_limit: int = WORDS) -> list[str]:
     return (
         out
         + glue_problems(nb)
+        + jupyterlab_problems(nb)
         + cell_problems(nb)
         + parameters_problems(nb)
         + citation_problems(nb)
