@@ -78,7 +78,9 @@ def test_pairs_name_hosts_and_the_fusion():
     assert list(p["apart"]) == [True, True, False]  # 0.98-1.08 crosses 1
     assert set(p["configuration"]) == {"gpt-1.2b, TP 2"}
     fig = perf.pair_bars(p)
-    assert {t.name for t in fig.data} == {"eager, host 1", "eager, host 2", "CUDA graphs, host 2"}
+    assert [t.name for t in fig.data[:2]] == ["eager", "CUDA graphs"]
+    assert list(fig.data[1].y) == ["gpt-1.2b, TP 2, CUDA graphs · 2 × H100 VM 2"]
+    assert perf.pair_rows(p)[0] == "gpt-1.2b, TP 2 · 2 × H100 VM 1"
 
 
 def test_anchor_table_matches_configurations_by_model_and_tp():
