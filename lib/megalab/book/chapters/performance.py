@@ -34,6 +34,7 @@ __all__ = [
     "parity_checks",
     "parity_table",
     "stable_parity",
+    "parity_gaps",
     "startup_phases",
 ]
 
@@ -394,3 +395,50 @@ def parity_curves(stable) -> dict:
         name = describe(c.replace(impl="te"))
         out[name] = {"step": list(p.series["step"]), "loss": list(p.series["layout"])}
     return out
+
+
+def parity_gaps(pairs, title: str = "Loss minus the one-GPU loss, step by step"):
+    """Each parity layout's loss minus its one-GPU reference, step by step (`pairs`: stable_parity's
+    (RunConfig, ParityResult), Megatron Core's plain layers and Transformer Engine's together), one
+    colour per layer spec, the layout named on hover, inside the ±band (the narrowest of the pairs'
+    bands) a layout must not leave."""
+    from megalab.book.frame import describe
+    from megalab.charts._style import PALETTE, _figure
+
+    if not pairs:
+        raise LookupError("no parity layout to draw")
+    band = min(p.band for _, p in pairs)
+    steps = list(pairs[0][1].series["step"])
+    fig = _figure(
+        title,
+        xaxis_title="step",
+        yaxis_title="loss − one-GPU loss (nats)",
+        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="left", x=0),
+        margin=dict(t=100),
+    )
+    fig.add_scatter(
+        x=steps + steps[::-1],
+        y=[band] * len(steps) + [-band] * len(steps),
+        fill="toself",
+        fillcolor="rgba(31,95,168,0.12)",
+        line=dict(width=0),
+        name=f"±{band:g} nats: the band a layout must stay in",
+        hoverinfo="skip",
+    )
+    specs = {"local": "Megatron Core's plain layers", "te": "Transformer Engine layers"}
+    shown = set()
+    for c, p in pairs:
+        gap = p.series["layout"] - p.series["reference"]
+        fig.add_scatter(
+            x=p.series["step"],
+            y=gap,
+            mode="lines",
+            name=specs.get(c.impl, c.impl),
+            legendgroup=c.impl,
+            showlegend=c.impl not in shown,
+            line=dict(color=PALETTE[1 if c.impl == "te" else 0], width=1.5),
+            hovertext=describe(c.replace(impl="local")),
+            hoverinfo="text+y",
+        )
+        shown.add(c.impl)
+    return fig.update_yaxes(range=[-2 * band, 2 * band], zeroline=True)
