@@ -372,14 +372,8 @@ def _source_read(app, docname: str, source: list) -> None:
     app.env.note_dependency(str(executed.resolve()))
     nb = json.loads(executed.read_text())
     _warn_read_before_said(nb, docname)
-    source[0] = json.dumps(tag_cells(_html_only(nb), hide_input=_rewritten(rel)))
-
-
-def _rewritten(rel: Path) -> bool:
-    """A page of a rewritten chapter (frame.REWRITTEN: '02_tensor_parallel/...' is chapter 02)."""
-    from megalab.book.frame import REWRITTEN
-
-    return any(part[:2] in REWRITTEN and part[2:3] == "_" for part in rel.parts[:-1])
+    # every page folds its code, chapters and top-level pages (performance, planner, hardware) alike
+    source[0] = json.dumps(tag_cells(_html_only(nb), hide_input=True))
 
 
 def _warn_read_before_said(nb: dict, docname: str) -> None:
