@@ -481,6 +481,10 @@ def type_problems(record: dict) -> list[str]:
     """The fields a record holds with the wrong type (what the full schema check, record_problems,
     also finds); missing fields are not its concern. The store's readers skip such records: a sum or
     a label over them would crash far from the cause."""
+    if record.get("kind") == "reproduction":
+        from megalab.records import reproductions
+
+        return reproductions.type_problems(record)
     types = _BENCH_TYPES if record.get("kind") == "bench" else _RUN_TYPES
     out = [
         f"field {name!r} should be {_type_name(want)}, not {json.dumps(record[name])[:40]}"
@@ -510,6 +514,13 @@ def record_problems(record) -> list[str]:
     that started (any status but "invalid") must have a layout megalab accepts."""
     if not isinstance(record, dict):
         return [f"a record is a JSON object, not {type(record).__name__}"]
+    if record.get("kind") == "reproduction":
+        from megalab.records.reproductions import problems
+
+        out = problems(record)
+        if record.get("schema") != SCHEMA and not out:
+            out.append(f"schema={record.get('schema')!r}: this megalab reads schema {SCHEMA}")
+        return out or _text_problems(record)
     bench = record.get("kind") == "bench"
     types = _BENCH_TYPES if bench else _RUN_TYPES
     # an

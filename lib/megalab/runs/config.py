@@ -109,6 +109,11 @@ class RunConfig:
     )
     # -- run --------------------------------------------------------------------------------------
     iters: int = _f(30, "training iterations")
+    stop_when_tight: bool = _f(
+        False,
+        "stop the timed steps once the median step's 95% interval is within ±2% "
+        "(megalab.records.timings.tight), after at least 10 timed steps; iters is then the most",
+    )
     seed: int = _f(1234, "random seed")
     lr: float = _f(3e-4, "peak learning rate")
     data: str | None = _f(None, "Megatron indexed dataset prefix; None = synthetic tokens")
@@ -275,7 +280,14 @@ _FIELDS = dataclasses.fields(RunConfig)
 # a field with a default_factory reads MISSING here
 _DEFAULTS = {f.name: f.default for f in _FIELDS}
 # fields added after the first records were made
-_ADDED_AFTER_RECORDS = ("compile", "runner", "cuda_graphs", "recompute_modules", "moe_balance")
+_ADDED_AFTER_RECORDS = (
+    "compile",
+    "runner",
+    "cuda_graphs",
+    "recompute_modules",
+    "moe_balance",
+    "stop_when_tight",
+)
 # their defaults: what a record made before the field existed ran with (records.to_frame fills them
 # in)
 ADDED_FIELD_DEFAULTS = {name: _DEFAULTS[name] for name in _ADDED_AFTER_RECORDS}

@@ -30,6 +30,7 @@ __all__ = [
     "resolve",
     "runs",
     "pending",
+    "defining",
     "data_parallel",
     "tensor_parallel",
     "sequence_parallel",
@@ -91,3 +92,12 @@ def pending(name: str, gpus: int = 4) -> dict:
     then moved into its `runs` once their records are committed); {} when nothing is queued."""
     module = CHAPTERS[resolve(name)]
     return module.pending(gpus) if hasattr(module, "pending") else {}
+
+
+def defining(name: str, gpus: int = 4, **kw) -> list:
+    """The runs that define a chapter's figures (its module's `defining(gpus)`: the points a reader
+    re-measures beside the reference with `megalab reproduce chNN --mode live --quick`, with the
+    chapter's own CUDA-graph and comparison-group settings, since they are its own RunConfigs); []
+    when the chapter marks none (a quick reproduction then launches only what nothing records)."""
+    module = CHAPTERS[resolve(name)]
+    return list(module.defining(gpus, **kw)) if hasattr(module, "defining") else []

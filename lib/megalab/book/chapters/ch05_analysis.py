@@ -196,9 +196,10 @@ def _model(cfg) -> str:
 
 def runs_table(results):
     """Runs outside any comparison group, one row each, for the evidence page: configuration
-    (model, its layers when a run keeps only some, layout, micro-batches), mbs, step_s (median step after warm-up), mfu, host (machine,
-    and its CPU count where recorded), recorded (the day) and recording (1, 2, ...: runs of one host
-    and one trainer build share a number, numbered in order of their first run)."""
+    (model, its layers when a run keeps only some, layout, micro-batches), mbs, step_s (median step
+    after warm-up), mfu, host (machine, and its CPU count where recorded), recorded (the day) and
+    recording (1, 2, ...: runs of one host and one trainer build share a number, numbered in order
+    of their first run)."""
     import pandas as pd
 
     rows, builds = [], {}
