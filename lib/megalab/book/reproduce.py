@@ -23,6 +23,12 @@ runs on this machine's GPUs (or falls back to the reference record when it does 
 `force` they run with mode="live", which measures everything again. `auto` is passed through as is.
 `gpus`, when given, is injected as the notebooks' `gpus` parameter.
 
+Live reproductions (megalab.book.live). In live or auto mode each page executed is a reproduction
+of it, recorded in the store (megalab.records.reproductions: its seconds, the runs it launched and
+read back); its estimated time to finish, full and quick, is printed first. Interrupted, the same
+command resumes it: the runs it measured are read back, not launched again (`fresh` starts over).
+`quick` launches only the defining points of the chapter's figures.
+
 Resuming. A notebook is skipped when its executed copy was made, with the same parameters, from the
 same content of everything it reads: the notebook, the results store (its path and every file in
 it), `results/probes/` and the library (`inputs_digest`, taken before the run and kept in the copy's

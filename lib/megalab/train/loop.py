@@ -26,7 +26,7 @@ from functools import partial
 
 from megalab import data
 from megalab.runs.config import InvalidLayout
-from megalab.train import dry_run, log, wiring, workarounds
+from megalab.train import dry_run, imports, log, wiring, workarounds
 from megalab.train import probes as measure
 from megalab.train.args import checked_config, parse_args
 from megalab.train.parent import die_with_parent
@@ -209,9 +209,7 @@ def main(argv=None, probes: list | None = None) -> None:
 def train(cfg, args, rank: int, extra_probes: list) -> None:
     since_launch = lambda: round(time.time() - _LAUNCH, 2)  # noqa: E731
     startup = {"python": round(_T0 - _LAUNCH, 2)}  # where launch-to-first-step goes (s since)
-    # TE imports JAX, when installed, only to look for its JAX extension: 0.9 s of imports
-    # (results/probes/importtime-*)
-    sys.modules.setdefault("jax", None)
+    imports.load_less()  # JAX hidden, torch.compile lazy: less to import before the first step
     import torch
 
     activations = measure.ActivationMemory()  # every step line reports it
