@@ -17,34 +17,20 @@ Its wall time is the sum of its executions' seconds.
 
 from __future__ import annotations
 
-import math
 import uuid
 from dataclasses import dataclass
 
-KIND = "reproduction"
-EVENTS = ("started", "finished", "interrupted", "failed")
-ENDS = EVENTS[1:]
-MODES = ("live", "auto")  # a cached reproduction measures nothing: it is not recorded
-TAG_PREFIX = "reproduction:"
+from megalab.records.schema import (
+    REPRODUCTION_EVENTS as EVENTS,
+    REPRODUCTION_MODES as MODES,  # noqa: F401  (re-exported: which modes are recorded)
+    SCHEMA,
+    reproduction_problems as problems,
+    utc_now,
+)
 
-# field -> accepted types (the store's readers skip a record whose field has another type)
-TYPES = {
-    "schema": int,
-    "id": str,
-    "kind": str,
-    "reproduction": str,
-    "page": str,
-    "gpus": int,
-    "mode": str,
-    "quick": bool,
-    "event": str,
-    "seconds": (int, float, type(None)),
-    "launched": (int, type(None)),
-    "read_back": (int, type(None)),
-    "quick_keys": list,
-    "env": dict,
-    "recorded_at": str,
-}
+KIND = "reproduction"
+ENDS = EVENTS[1:]
+TAG_PREFIX = "reproduction:"
 
 
 class InvalidReproduction(ValueError):
@@ -62,51 +48,6 @@ def new_id(page: str, gpus: int, started_at: str) -> str:
     return f"{page}.{gpus}gpu.{started_at.replace('-', '').replace(':', '')}.{uuid.uuid4().hex[:4]}"
 
 
-def type_problems(record: dict) -> list[str]:
-    """The fields of a reproduction record whose value has another type (a bool is no number)."""
-    return [
-        f"field {name!r} should be {_names(want)}, not {record[name]!r:.40}"
-        for name, want in TYPES.items()
-        if name in record
-        and (
-            not isinstance(record[name], want)
-            or (isinstance(record[name], bool) and want is not bool)
-        )
-    ]
-
-
-def problems(record: dict) -> list[str]:
-    """Why a reproduction record does not fit: [] when it does."""
-    out = [f"field {name!r} is missing" for name in TYPES if name not in record and name != "id"]
-    out += type_problems(record)
-    if out:
-        return out
-    if not record["page"].strip() or not record["reproduction"].strip():
-        out.append("fields 'page' and 'reproduction' need text")
-    if record["gpus"] < 0:
-        out.append(f"gpus={record['gpus']}: a count of 0 or more")
-    if record["mode"] not in MODES:
-        out.append(f"mode={record['mode']!r}: pick one of {', '.join(MODES)}")
-    if record["event"] not in EVENTS:
-        out.append(f"event={record['event']!r}: pick one of {', '.join(EVENTS)}")
-    seconds = record["seconds"]
-    if seconds is not None and not (math.isfinite(seconds) and seconds >= 0):
-        out.append(f"seconds={seconds!r}: a number of 0 or more")
-    if record["event"] in ENDS and seconds is None:
-        out.append(f"a {record['event']!r} record needs its seconds")
-    for name in ("launched", "read_back"):
-        if record[name] is not None and record[name] < 0:
-            out.append(f"{name}={record[name]}: a count of 0 or more")
-    if not all(isinstance(k, str) for k in record["quick_keys"]):
-        out.append("field 'quick_keys' should hold run keys (text) only")
-    return out
-
-
-def _names(want) -> str:
-    kinds = want if isinstance(want, tuple) else (want,)
-    return " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
-
-
 def make(
     reproduction: str,
     page: str,
@@ -122,8 +63,6 @@ def make(
 ) -> dict:
     """One reproduction record; InvalidReproduction, naming the field, before anything is
     written."""
-    from megalab.records.schema import SCHEMA, utc_now
-
     record = {
         "schema": SCHEMA,
         "id": uuid.uuid4().hex,

@@ -6,7 +6,8 @@ printed from the same definitions (`megalab experiments ch01 --missing`, megalab
 chapter is named "ch01", "01", "1" or "01_data_parallel" alike.
 
 A new chapter: a module `chNN_<topic>.py` with `runs(gpus=4, iters=ITERS, ...) -> dict` (optionally
-`pending(gpus)` for runs queued for its next version), a line in CHAPTERS, a notebook in
+`pending(gpus)` for runs queued for its next version, `defining(gpus)` for the runs a quick
+reproduction re-measures), a line in CHAPTERS, a notebook in
 `book/NN_<topic>/` and a line in `_toc.yml`.
 """
 
