@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from megalab.book import budgets
-from megalab.book.frame import REWRITTEN
+from megalab.book.frame import REWRITTEN, REWRITTEN_PAGES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -59,6 +59,33 @@ def test_an_evidence_page_is_listed_under_its_chapter(number):
     assert evidence.relative_to(ROOT).with_suffix("").as_posix() in toc.get(chapter, []), (
         f"_toc.yml: list {evidence.relative_to(ROOT)} in `sections:` under {chapter}"
     )
+
+
+@pytest.mark.parametrize("page", sorted(REWRITTEN_PAGES))
+def test_rewritten_page_keeps_the_reader_path_budgets(page):
+    """A rewritten page of book/ that is no numbered chapter (the performance page): the same
+    budgets, with its own word limit (budgets.PAGE_WORDS)."""
+    path = ROOT / "book" / f"{page}.ipynb"
+    limit = budgets.PAGE_WORDS.get(page, budgets.WORDS)
+    problems = budgets.problems(json.loads(path.read_text()), words_limit=limit)
+    assert not problems, f"{path.relative_to(ROOT)}:\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.parametrize("page", sorted(REWRITTEN_PAGES))
+def test_a_rewritten_pages_evidence_is_listed_under_it(page):
+    evidence = ROOT / "book" / f"{REWRITTEN_PAGES[page]}.ipynb"
+    assert evidence.exists(), f"{evidence.relative_to(ROOT)}: the page's evidence page is missing"
+    toc = dict(_toc_entries(yaml.safe_load((ROOT / "_toc.yml").read_text())))
+    assert f"book/{REWRITTEN_PAGES[page]}" in toc.get(f"book/{page}", []), (
+        f"_toc.yml: list book/{REWRITTEN_PAGES[page]} in `sections:` under book/{page}"
+    )
+
+
+def test_a_page_word_limit_replaces_the_chapters():
+    text = " ".join(["word"] * (budgets.WORDS + 1))
+    book = nb(("markdown", text), PARAMS)
+    assert "at most 3000" in budgets.problems(book)[0]
+    assert budgets.problems(book, words_limit=budgets.PAGE_WORDS["performance"]) == []
 
 
 # -- the budgets, on small notebooks

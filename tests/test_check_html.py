@@ -67,6 +67,14 @@ def test_which_pages_are_rewritten():
     assert check_html.rewritten("book/glossary.html", ("01",)) is None
 
 
+def test_rewritten_pages_of_book_are_read_too():
+    pages = {"performance": "performance_evidence"}
+    assert check_html.rewritten("book/performance.html", ("01",), pages) == "reader"
+    assert check_html.rewritten("book/performance_evidence.html", ("01",), pages) == "evidence"
+    assert check_html.rewritten("book/planner.html", ("01",), pages) is None
+    assert check_html.rewritten("book/performance.html") == "reader"  # frame.REWRITTEN_PAGES
+
+
 def test_text_problems_name_what_a_reader_should_not_meet():
     for text, what in (
         ("recorded in session 14", "diary word"),

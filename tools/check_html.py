@@ -7,14 +7,14 @@ For each page: every plotly figure div is drawn (`.js-plotly-plot .main-svg`), e
 typeset by MathJax (each Sphinx `.math` element holds an `mjx-container`, no TeX such as `\(` or
 `$$` is left in the visible text, no MathJax error), no cell output shows an error (stderr, a
 traceback, an `...Error:` line), and no script throws. The pages of the rewritten chapters
-(megalab.book.frame.REWRITTEN) are also read as a reader reads them (`reader_problems`): no diary
-words (session, lease, queued, ...), no commit-hash-like token, run key, raw column name
-(`step_time_s`) or NaN in the text or the figures, and no figure title wider than its figure at 1000
-and 1400 pixels; their Evidence pages (`evidence.html`) only keep run keys out of figure titles and
-legends. Pages are served from a local http.server; every request to another host is aborted, as in
-CI, so a figure that needs the network fails here. Chromium is Debian's (`tools/browser-setup.sh`),
-driven by Playwright (the pip package; no `playwright install`). Exits 1 with one line per problem,
-0 when every page passes.
+(megalab.book.frame.REWRITTEN, and the pages of REWRITTEN_PAGES) are also read as a reader reads
+them (`reader_problems`): no diary words (session, lease, queued, ...), no commit-hash-like token,
+run key, raw column name (`step_time_s`) or NaN in the text or the figures, and no figure title
+wider than its figure at 1000 and 1400 pixels; their Evidence pages (`evidence.html`) only keep run
+keys out of figure titles and legends. Pages are served from a local http.server; every request to
+another host is aborted, as in CI, so a figure that needs the network fails here. Chromium is
+Debian's (`tools/browser-setup.sh`), driven by Playwright (the pip package; no `playwright
+install`). Exits 1 with one line per problem, 0 when every page passes.
 """
 
 from __future__ import annotations
@@ -101,11 +101,22 @@ def column_names() -> tuple[str, ...]:
     )
 
 
-def rewritten(rel: str, chapters: tuple[str, ...] | None = None) -> str | None:
-    """ "reader" for a page of a rewritten chapter (`book/01_data_parallel/data_parallel.html`),
-    "evidence" for its Evidence page (`book/01_.../evidence.html`), None for any other page."""
+def rewritten(
+    rel: str, chapters: tuple[str, ...] | None = None, pages: dict | None = None
+) -> str | None:
+    """ "reader" for a page of a rewritten chapter (`book/01_data_parallel/data_parallel.html`) or
+    a rewritten page of book/ (`book/performance.html`, megalab.book.frame.REWRITTEN_PAGES),
+    "evidence" for its Evidence page (`book/01_.../evidence.html`,
+    `book/performance_evidence.html`), None for any other page."""
     if chapters is None:
         from megalab.book.frame import REWRITTEN as chapters
+    if pages is None:
+        from megalab.book.frame import REWRITTEN_PAGES as pages
+    for page, evidence in pages.items():
+        if rel == f"book/{page}.html":
+            return "reader"
+        if rel == f"book/{evidence}.html":
+            return "evidence"
     parts = rel.split("/")
     folder = parts[-2] if len(parts) >= 2 else ""
     if not any(folder.startswith(f"{n}_") for n in chapters):

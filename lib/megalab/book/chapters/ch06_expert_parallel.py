@@ -14,8 +14,9 @@ the notebook reads them apart by SPREAD_TAG).
 The trainer changed under these records: from `FUSIONS_AT` on, Transformer Engine's linears
 accumulate weight gradients straight into the fp32 main_grad, and MoE layers use Megatron's fused
 permutation and router and TE's CUTLASS grouped GEMM (megalab.train.wiring). A configuration's
-newest record answers it; the ones made before `FUSIONS_AT` ran the older trainer (the chapter sets
-them side by side, and names the trainer's revision, FUSIONS_REVISION, in its evidence).
+newest record answers it; the ones made before `FUSIONS_AT` ran the older trainer (the evidence
+page sets them side by side). The chapter's step times come from the comparison group `ch06.ep`
+(`_groups`); ch06_analysis reads it.
 """
 
 from __future__ import annotations

@@ -1,0 +1,309 @@
+"""Chapter 04's tables: memory and attention's share against sequence length, the longest sequence
+per CP degree, the bytes each communication type sends, CP's speed-up from the comparison group
+`ch04.cp`, the ring step it profiled, the attention work of each CP rank, and loss parity.
+
+    ch04_analysis.lengths(one, "H200", seqs)        # theory per length: GiB, activations, share
+    ch04_analysis.memory_rows(sweep, cp2, "H200")  # measured peaks beside theory, 1 GPU and CP 2
+    ch04_analysis.first_oom(results)                # the shortest length that ran out of memory
+    ch04_analysis.longest(one, fits, "H200")        # longest sequence per CP degree and card
+    ch04_analysis.traffic(one, 2, seqs)             # GB each GPU sends per step, by type
+    ch04_analysis.speedup(g)                        # the group: CP 2 over one GPU, per type
+    ch04_analysis.ring_profile(cfg, profile, bw)    # the profiled ring step: NCCL hidden
+    ch04_analysis.step_parts(ring, step_ms)         # where that step's time went
+    ch04_analysis.rank_work(profiled)               # attention seconds per rank, and theory's
+    ch04_analysis.parity_curves(parities)           # loss curves named in words
+    ch04_analysis.runs_table(g)                     # the evidence page: the group run by run
+    ch04_analysis.legend_in_words(fig)              # "series = 1 GPU" becomes "1 GPU"
+
+A layout is said in words (frame.describe), the ring named: "1 GPU", "CP 2 (ring)", "CP 2
+(all-gather)".
+"""
+
+from __future__ import annotations
+
+from megalab import theory
+from megalab.book.chapters.ch03_memory import legend_in_words  # noqa: F401  (charts.metric_vs)
+
+__all__ = [
+    "layout",
+    "lengths",
+    "memory_rows",
+    "first_oom",
+    "longest",
+    "traffic",
+    "speedup",
+    "ring_profile",
+    "step_parts",
+    "rank_work",
+    "parity_curves",
+    "runs_table",
+    "legend_in_words",
+]
+
+
+# the order of the comm types in tables and legends: the same colour for the same type everywhere
+COMM_ORDER = ("", "p2p", "all_gather", "a2a", "a2a+p2p")
+
+
+def layout(cfg) -> str:
+    """The layout in words as frame.describe says it, CUDA graphs left unsaid, and the ring named:
+    '1 GPU', 'CP 2 (ring)', 'CP 2 (all-gather)', 'CP 4 (all-to-all + P2P)'."""
+    from megalab.book.frame import describe
+
+    words = describe(cfg.replace(cuda_graphs="none"))
+    return f"{words} (ring)" if cfg.cp > 1 and cfg.cp_comm == "p2p" else words
+
+
+def lengths(one, card: str, seqs, cp: int = 1):
+    """Theory for `one` (a one-GPU RunConfig) at each sequence length of `seqs` on `cp` GPUs: seq,
+    gib (memory per GPU), act_gib (its activations) and share (causal attention's share of the
+    model FLOPs)."""
+    import pandas as pd
+
+    rows = []
+    for s in seqs:
+        c = one.replace(gpus=cp, cp=cp, seq=s)
+        m = theory.memory(c, card)
+        rows.append(
+            {
+                "seq": s,
+                "gib": float(m["total"]),
+                "act_gib": float(m["activations"]),
+                "share": theory.attention_flops_share(c),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _degree(cfg) -> str:
+    return "1 GPU" if cfg.cp == 1 else f"CP {cfg.cp}"
+
+
+def _ok(results):
+    return [r for r in results if r.status == "ok"]
+
+
+def memory_rows(one_gpu, cp_runs, card: str):
+    """Peak reserved memory per GPU of the runs that ran (`one_gpu` on one GPU, `cp_runs` with CP),
+    beside theory at the same lengths: seq, GiB, series ('1 GPU, measured', 'CP 2, predicted'). A
+    run is a Result (megalab.run, or a fit probe's)."""
+    import pandas as pd
+
+    rows = []
+    for runs in (one_gpu, cp_runs):
+        for r in _ok(runs):
+            c = r.config
+            rows.append(
+                {
+                    "seq": c.seq,
+                    "GiB": float(r.summary["mem_reserved_peak_gib"]),
+                    "series": f"{_degree(c)}, measured",
+                }
+            )
+            rows.append(
+                {
+                    "seq": c.seq,
+                    "GiB": float(theory.memory(c, card)["total"]),
+                    "series": f"{_degree(c)}, predicted",
+                }
+            )
+    out = pd.DataFrame(rows).drop_duplicates(["seq", "series"])
+    return out.sort_values(["series", "seq"], kind="stable").reset_index(drop=True)
+
+
+def first_oom(results) -> int | None:
+    """The shortest sequence among `results` that ran out of memory (None if none did)."""
+    seqs = [r.config.seq for r in results if r.status == "oom"]
+    return min(seqs) if seqs else None
+
+
+def longest(one, fits: dict, card: str, cps=(1, 2, 4, 8), step: int = 2048):
+    """The longest sequence per CP degree on `card`: cp, predicted (theory's, in multiples of
+    `step`), measured (the search's largest that ran, from `fits` {cp: FitResult}; None where not
+    searched) and ratio (measured over one GPU's measured)."""
+    import pandas as pd
+
+    from megalab.book.specs import predicted_largest
+
+    rows = []
+    for cp in cps:
+        cfg = one.replace(gpus=cp, cp=cp, seq=step * cp)
+        fit = fits.get(cp)
+        rows.append(
+            {
+                "cp": cp,
+                "predicted": predicted_largest(cfg, "seq", card, step=step),
+                "measured": fit.largest if fit is not None else None,
+            }
+        )
+    out = pd.DataFrame(rows)
+    out["ratio"] = out["measured"] / out.loc[out["cp"] == 1, "measured"].iloc[0]
+    return out
+
+
+def traffic(one, cp: int, seqs, kinds=("p2p", "all_gather", "a2a")):
+    """GB each GPU sends per step (theory.comm_bytes_per_step) at CP `cp`: for each length of
+    `seqs`, the K/V (or Q, K, V, O) of each comm type of `kinds`, the gradient all-reduce over the
+    CP ranks, and TP `cp` with sequence parallelism for comparison. Long rows: seq, traffic (the
+    layout in words, 'CP 2 (ring)'), GB."""
+    import pandas as pd
+
+    rows = []
+    for s in seqs:
+        c = one.replace(gpus=cp, cp=cp, seq=s)
+        sent = {k: theory.comm_bytes_per_step(c.replace(cp_comm=k)) for k in kinds}
+        parts = {layout(c.replace(cp_comm=k)): v["cp"] for k, v in sent.items()}
+        parts["CP gradient all-reduce"] = sent[kinds[0]]["dp"]
+        tp = one.replace(gpus=cp, tp=cp, sp=True, seq=s)
+        parts[f"TP {cp} + SP"] = theory.comm_bytes_per_step(tp)["tp"]
+        rows += [{"seq": s, "traffic": k, "GB": v / 1e9} for k, v in parts.items()]
+    return pd.DataFrame(rows)
+
+
+def speedup(g):
+    """The comparison group `g` (timings.group of `ch04.cp`) by length, one GPU first and then the
+    comm types in COMM_ORDER: seq, layout, cp_comm,
+    median_ms, lo_ms, hi_ms (the 95% interval), mfu and speedup (the one-GPU median at the same
+    length over this one). LookupError when a length has no one-GPU run."""
+    import pandas as pd
+
+    rows = pd.DataFrame(
+        {
+            "seq": [c.seq for c in g["cfg"]],
+            "cp": [c.cp for c in g["cfg"]],
+            "layout": [layout(c) for c in g["cfg"]],
+            "cp_comm": [c.cp_comm if c.cp > 1 else "" for c in g["cfg"]],
+            "median_ms": g["median_ms"].to_numpy(),
+            "lo_ms": g["lo_ms"].to_numpy(),
+            "hi_ms": g["hi_ms"].to_numpy(),
+            "mfu": g["mfu"].to_numpy(),
+        }
+    )
+    one = rows[rows["cp"] == 1].set_index("seq")["median_ms"]
+    missing = sorted(set(rows["seq"]) - set(one.index))
+    if missing:
+        raise LookupError(f"group {g.attrs.get('name')}: no one-GPU run at {missing} tokens")
+    rows["speedup"] = rows["seq"].map(one) / rows["median_ms"]
+    order = rows["cp_comm"].map({k: i for i, k in enumerate(COMM_ORDER)})  # the ring first
+    rows = rows.assign(order=order).sort_values(["seq", "cp", "order"], kind="stable")
+    return rows.drop(columns="order").reset_index(drop=True)
+
+
+def _intervals(k, rows) -> list[tuple[float, float]]:
+    return list(zip(k.loc[rows, "start_ms"], k.loc[rows, "duration_ms"]))
+
+
+def ring_profile(cfg, profile: dict, bus_bw_gbs: float) -> dict:
+    """CP's communication in one profiled step of `cfg` (rank 0). The step's longest NCCL kernel is
+    the gradient all-reduce over the CP ranks (grad_ms); every other NCCL kernel moves K/V, on
+    whichever CUDA streams it ran (CUDA graphs give each captured layer its own): cp_ms (the time at
+    least one ran), hidden (the share of it during which an attention kernel ran), exposed_ms (the
+    time no compute kernel ran beside them), send_ms and grad_pred_ms (theory's bytes at
+    `bus_bw_gbs`), attention_ms, compute_ms (the time any compute kernel ran) and busy (the GPU-busy
+    share of the profiled span). An NCCL kernel's time includes waiting for its peer: time in
+    NCCL is not time on the link."""
+    from megalab.records import profiles
+
+    k = profiles.timeline(profile)
+    nccl = k["category"] == "nccl"
+    grad = k.loc[nccl, "duration_ms"].idxmax()
+    comm = nccl & (k.index != grad)
+    attention, compute = k["category"] == "attention", ~nccl
+
+    def union_ms(rows):
+        return profiles.union_seconds(_intervals(k, rows)) * 1e3
+
+    def both_ms(a, b):  # |A and B| = |A| + |B| - |A or B|
+        return union_ms(a) + union_ms(b) - union_ms(a | b)
+
+    cp_ms = union_ms(comm)
+    sent = theory.comm_bytes_per_step(cfg)
+    busy = profiles.gpu_busy(profile)
+    return {
+        "cp_ms": cp_ms,
+        "hidden": both_ms(comm, attention) / cp_ms,
+        "exposed_ms": cp_ms - both_ms(comm, compute),
+        "grad_ms": float(k.at[grad, "duration_ms"]),
+        "send_ms": sent["cp"] / 1e9 / bus_bw_gbs * 1e3,
+        "grad_pred_ms": sent["dp"] / 1e9 / bus_bw_gbs * 1e3,
+        "attention_ms": union_ms(attention),
+        "compute_ms": union_ms(compute),
+        "busy": busy["busy_s"] / busy["span_s"],
+    }
+
+
+def step_parts(ring: dict, step_ms: float):
+    """Where a CP step's `step_ms` (a timed median) goes, from `ring` (ring_profile of a profiled
+    step of the same configuration): part and ms, for compute kernels, K/V sends with no compute
+    beside them, the gradient all-reduce, and the rest (the GPU idle, or the profiled step's own
+    overhead)."""
+    import pandas as pd
+
+    parts = {
+        "compute kernels": ring["compute_ms"],
+        "K/V sends, nothing beside them": ring["exposed_ms"],
+        "gradient all-reduce": ring["grad_ms"],
+    }
+    parts["the rest"] = step_ms - sum(parts.values())
+    return pd.DataFrame({"part": list(parts), "ms": list(parts.values())})
+
+
+def rank_work(profiled):
+    """Attention kernel seconds per CP rank in profiled steps, beside theory's for the two splits.
+    `profiled`: (RunConfig, profile) pairs whose profile keeps every rank. Rows: layout, rank,
+    measured_s, zigzag_s and contiguous_s (the measured total shared as theory.causal_work shares
+    it: Megatron's 2·cp chunks, or one contiguous chunk per rank)."""
+    import pandas as pd
+
+    from megalab.records import profiles
+
+    out = []
+    for cfg, profile in profiled:
+        t = profiles.rank_times(profile)
+        total = float(t["attention_s"].sum())
+        split = {k: theory.causal_work(cfg.cp, k, cfg.seq) for k in ("zigzag", "contiguous")}
+        for rank, att in t["attention_s"].items():
+            out.append(
+                {
+                    "layout": layout(cfg),
+                    "rank": int(rank),
+                    "measured_s": float(att),
+                    **{f"{k}_s": total * split[k][int(rank)] for k in split},
+                }
+            )
+    return pd.DataFrame(out)
+
+
+def parity_curves(parities) -> dict:
+    """{name: curve} of ParityResults for charts.loss_parity, named in words with the length: each
+    one-GPU reference once ('1 GPU, 4k tokens'), then each layout ('CP 4 (all-to-all), 4k tokens');
+    a curve measured here keeps ' (yours)'."""
+    out = {}
+    for par in parities:
+        cfg = par.layout.config
+        names = ("1 GPU", layout(cfg))
+        for (label, curve), name in zip(par.curves().items(), names):
+            mine = " (yours)" if label.endswith(" (yours)") else ""
+            out.setdefault(f"{name}, {cfg.seq // 1024}k tokens{mine}", curve)
+    return out
+
+
+def runs_table(g):
+    """Group `g` run by run, for the evidence page: configuration (length and layout in words),
+    runs, run_medians (each run's median step in ms, in the order they ran), median_ms, lo_ms,
+    hi_ms, half (the 95% interval's half-width over the median), wide and mfu."""
+    import pandas as pd
+
+    return pd.DataFrame(
+        {
+            "configuration": [f"{c.seq // 1024}k tokens, {layout(c)}" for c in g["cfg"]],
+            "runs": g["runs"].astype(int).to_numpy(),
+            "run_medians": [", ".join(f"{ms:.1f}" for ms in v) for v in g["run_ms"]],
+            "median_ms": g["median_ms"].to_numpy(),
+            "lo_ms": g["lo_ms"].to_numpy(),
+            "hi_ms": g["hi_ms"].to_numpy(),
+            "half": g["half"].to_numpy(),
+            "wide": g["wide"].to_numpy(),
+            "mfu": g["mfu"].to_numpy(),
+        }
+    )

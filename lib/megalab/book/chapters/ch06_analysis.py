@@ -1,0 +1,410 @@
+"""Chapter 06's tables: theory's memory and bytes per layout, the comparison group `ch06.ep` beside
+the vuiseng9/megatron-tutorials series, and what the routing records say.
+
+    ch06_analysis.predicted(models, "H200")       # parameters, FLOPs and memory by part, per model
+    ch06_analysis.memory(results, models, "H200") # measured peak against theory
+    ch06_analysis.layouts(cfgs, "H200", bw)       # memory and bytes per GPU per step of each layout
+    g = timings.group(None, "ch06.ep", "H200")    # medians, 95% intervals: one host, runs alone
+    ch06_analysis.ep_group(g)                     # layouts in words, speed-up over DP, MFU
+    ch06_analysis.series()                        # the series' two runs: DP 8 + ZeRO, EP 8 on H100
+    ch06_analysis.beside_series(ep_group(g))      # speed-ups over the distributed optimizer, both
+    ch06_analysis.micro_batches(runs)             # one GPU: step and MFU per micro-batch size
+    ch06_analysis.run_rows(runs, "H200")          # the evidence page: one row per earlier run
+    ch06_analysis.fits(found, specs)              # the largest expert count, measured and predicted
+    ch06_analysis.step_imbalance(records)         # busiest expert over the mean, per step
+    ch06_analysis.over_steps(record)              # one step at a time, and all steps summed
+    ch06_analysis.random_router(32768, 64, 8)     # a random router's busiest expert over the mean
+    ch06_analysis.at_init(record, cfg)            # step 0 per layer against a random router
+
+The routing measure is the busiest expert's token copies over the mean per expert (1.0 balanced;
+with top-k of E experts at most E / k, when every token picks that expert).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "SERIES",
+    "SERIES_URL",
+    "SERIES_MS",
+    "layout",
+    "predicted",
+    "memory",
+    "layouts",
+    "ep_group",
+    "beside_series",
+    "micro_batches",
+    "run_rows",
+    "parity_curves",
+    "fits",
+    "series_configs",
+    "series",
+    "expert_weight_ratio",
+    "step_imbalance",
+    "over_steps",
+    "routing_heatmap",
+    "expected_max_normal",
+    "multinomial_max_over_mean",
+    "random_router",
+    "at_init",
+]
+
+# loss curves named in words ("1 GPU", "EP 4"), as chapter 2 names its TP sizes
+from megalab.book.chapters.ch02_analysis import parity_curves  # noqa: E402, F401
+
+SERIES = "vuiseng9/megatron-tutorials"
+SERIES_URL = "https://github.com/vuiseng9/megatron-tutorials/blob/main/05-ep-moe.md"
+# its runs R1 and R2: OLMoE's shape with Megatron-LM's defaults (GELU, LayerNorm, learned
+# positions), 8 H100s, micro-batch 4, global batch 32, sequences of 4096, forced balance; step ms
+SERIES_MS = {"DP 8 + distributed optimizer": 337.0, "EP 8": 256.0}
+SERIES_GPU = "H100"
+SERIES_NAME = "vuiseng9/megatron-tutorials: 8 H100s, GELU"
+MEASURED = "measured: 2 H200s, SwiGLU"
+
+
+def layout(cfg) -> str:
+    """'EP 2, allgather dispatcher': the layout in words (frame.describe), CUDA graphs left unsaid
+    (every timed run of the chapter has them)."""
+    from megalab.book.frame import describe
+
+    return describe(cfg.replace(cuda_graphs="none"))
+
+
+def predicted(models: dict, gpu: str):
+    """Per model (name -> RunConfig): params_b and active_b (billions), tflop (model TFLOP per
+    step) and theory's memory per GPU by part (moe.memory_by_part: dense state, expert state,
+    activations, total, capacity, fits)."""
+    import pandas as pd
+
+    from megalab import theory
+    from megalab.theory import moe
+
+    rows = {
+        name: {
+            "params_b": theory.params(c)["total"] / 1e9,
+            "active_b": theory.params(c)["active"] / 1e9,
+            "tflop": theory.model_flops(c) / 1e12,
+            **moe.memory_by_part(c, gpu),
+        }
+        for name, c in models.items()
+    }
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("model").reset_index()
+
+
+def memory(results: dict, gpu: str):
+    """Per run (name -> results.Result): status, measured_gib (reserved peak), predicted_gib
+    (theory) and error (measured over predicted, less 1)."""
+    import pandas as pd
+
+    from megalab.theory import moe
+
+    rows = []
+    for name, r in results.items():
+        pred = moe.memory_by_part(r.config, gpu)["total"]
+        got = r.summary.get("mem_reserved_peak_gib")
+        rows.append(
+            {
+                "model": name,
+                "status": r.status,
+                "measured_gib": got,
+                "predicted_gib": pred,
+                "error": got / pred - 1 if got else None,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def layouts(cfgs: dict, gpu: str, bw: dict):
+    """Theory per layout (name -> RunConfig): memory per GPU by part, grad_gb and token_gb (GB each
+    GPU sends per step for the gradients and for the tokens), grad_ms and token_ms (those at the
+    bus bandwidths `bw` {collective: GB/s}: all-reduce for the gradients, reduce-scatter plus
+    all-gather with the distributed optimizer, all-to-all or all-gather for the tokens) and
+    expert_gemms (expert GEMMs per GPU per step)."""
+    import pandas as pd
+
+    from megalab import theory
+    from megalab.theory import moe
+
+    rows = {}
+    for name, c in cfgs.items():
+        comm = theory.comm_bytes_per_step(c)
+        grad_op = "all_gather" if c.dist_opt else "all_reduce"  # the same bus factor
+        alltoall = c.moe_dispatcher == "alltoall" and c.etp == 1
+        token_op = "all_to_all" if alltoall else "all_gather"
+        rows[name] = {
+            **moe.memory_by_part(c, gpu),
+            "grad_gb": comm["dp"] / 1e9,
+            "token_gb": comm["ep"] / 1e9,
+            "grad_ms": comm["dp"] / bw[grad_op] / 1e6,
+            "token_ms": comm["ep"] / bw[token_op] / 1e6,
+            "expert_gemms": moe.expert_gemms_per_step(c),
+        }
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("layout").reset_index()
+
+
+def ep_group(g):
+    """The comparison group `ch06.ep` (timings.group) as the chapter reads it: layout (in words),
+    median_ms, lo_ms, hi_ms, mfu, speedup (DP's median over this one), tokens_s (tokens per second
+    per GPU) and gpu_busy (the profiled layout's). attrs: gpu_busy, host."""
+    import pandas as pd
+
+    cfgs = list(g["cfg"])
+    dp = [i for i, c in enumerate(cfgs) if c.ep == 1 and not c.dist_opt]
+    if not dp:
+        raise LookupError(f"group {g.attrs.get('name')}: no DP run to compare EP with")
+    base = float(g["median_ms"].iloc[dp[0]])
+    out = pd.DataFrame(
+        {
+            "layout": [layout(c) for c in cfgs],
+            "median_ms": g["median_ms"].to_numpy(),
+            "lo_ms": g["lo_ms"].to_numpy(),
+            "hi_ms": g["hi_ms"].to_numpy(),
+            "mfu": g["mfu"].to_numpy(),
+            "speedup": base / g["median_ms"].to_numpy(),
+            "tokens_s": [c.gbs * c.seq / c.gpus / (m / 1e3) for c, m in zip(cfgs, g["median_ms"])],
+            "gpu_busy": g["gpu_busy"].to_numpy(),
+        }
+    )
+    out.attrs.update(gpu_busy=g.attrs.get("gpu_busy"), host=g.attrs.get("host"))
+    return out
+
+
+def beside_series(t):
+    """Rows for charts.grouped_bars: layout, who ('measured: 2 H200s, SwiGLU' or the series') and
+    speedup over each side's DP + distributed optimizer, from ep_group's table `t` and series()."""
+    import pandas as pd
+
+    zo = t.loc[t["layout"].str.endswith("distributed optimizer"), "median_ms"]
+    if len(zo) != 1:
+        raise LookupError("the group has no one DP + distributed optimizer run to compare with")
+    ours = t.assign(who=MEASURED, speedup=float(zo.iloc[0]) / t["median_ms"])
+    theirs = series().assign(who=SERIES_NAME)
+    cols = ["layout", "who", "speedup"]
+    return pd.concat([ours[cols], theirs[cols]], ignore_index=True)
+
+
+def micro_batches(runs: dict):
+    """One row per run ((model, micro-batch) -> results.Result): model, mbs, step_s, mfu."""
+    import pandas as pd
+
+    return pd.DataFrame(
+        [
+            {"model": name, "mbs": m, "step_s": r.summary["step_time_s"], "mfu": r.summary["mfu"]}
+            for (name, m), r in runs.items()
+        ]
+    )
+
+
+def run_rows(runs: dict, gpu: str):
+    """One row per run (name -> results.Result), for the evidence page: run, status, step_ms, mfu,
+    measured_gib, predicted_gib, token_gb (theory's token bytes per GPU per step) and cpus (its
+    host's CPU cores)."""
+    import pandas as pd
+
+    from megalab import theory
+    from megalab.theory import moe
+
+    rows = []
+    for name, r in runs.items():
+        s = r.summary
+        rows.append(
+            {
+                "run": name,
+                "status": r.status,
+                "step_ms": 1e3 * s["step_time_s"] if s.get("step_time_s") else None,
+                "mfu": s.get("mfu"),
+                "measured_gib": s.get("mem_reserved_peak_gib"),
+                "predicted_gib": moe.memory_by_part(r.config, gpu)["total"],
+                "token_gb": theory.comm_bytes_per_step(r.config)["ep"] / 1e9,
+                "cpus": (r.record.get("env") or {}).get("cpu_count"),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def fits(found: dict, specs: dict):
+    """The largest expert count per layout and GPU count: found {gpus: {layout: fit result}},
+    specs {gpus: {layout: specs.Fit}}; rows layout ('EP, 2 GPUs'), what ('measured' or
+    'predicted'), experts."""
+    import pandas as pd
+
+    rows = [
+        {"layout": f"{name}, {g} GPUs", "what": what, "experts": n}
+        for g, done in found.items()
+        for name in done
+        for what, n in (("measured", done[name].largest), ("predicted", specs[g][name].predicted))
+    ]
+    return pd.DataFrame(rows)
+
+
+def series_configs() -> dict:
+    """The series' R1 and R2 as RunConfigs: the olmoe-like shape with Megatron-LM's default GELU
+    MLP, LayerNorm and learned positions, on 8 GPUs at micro-batch 4, global batch 32."""
+    from megalab.runs import presets
+
+    base = presets.get("olmoe-like").replace(
+        activation="gelu",
+        norm="LayerNorm",
+        position="learned",
+        gpus=8,
+        mbs=4,
+        gbs=32,
+        moe_balance="force",
+    )
+    return {"DP 8 + distributed optimizer": base.replace(dist_opt=True), "EP 8": base.replace(ep=8)}
+
+
+def series():
+    """The series' two runs: layout, median_ms (its step), mfu (theory's model FLOPs of its GELU
+    model over the H100's dense bf16 peak), tokens_s (tokens per second per GPU), speedup (EP over
+    the distributed optimizer) and expert_b (expert parameters, billions)."""
+    import pandas as pd
+
+    from megalab import theory
+
+    rows = []
+    for name, c in series_configs().items():
+        ms = SERIES_MS[name]
+        rows.append(
+            {
+                "layout": name,
+                "median_ms": ms,
+                "mfu": theory.mfu(c, ms / 1e3, SERIES_GPU),
+                "tokens_s": c.gbs * c.seq / c.gpus / (ms / 1e3),
+                "speedup": SERIES_MS["DP 8 + distributed optimizer"] / ms,
+                "expert_b": _expert_params(c) / 1e9,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _expert_params(cfg) -> int:
+    """Expert weights: per layer and expert, 3·h·f with SwiGLU (gate, up, down), 2·h·f with GELU."""
+    per = 3 if cfg.activation == "swiglu" else 2
+    return cfg.layers * cfg.experts * per * cfg.hidden * cfg.moe_ffn_size
+
+
+def expert_weight_ratio(ours, theirs) -> float:
+    """Expert parameters (and expert FLOPs per token) of `ours` over `theirs`: 1.5 for SwiGLU
+    against GELU at the same FFN width."""
+    return _expert_params(ours) / _expert_params(theirs)
+
+
+# -- routing
+# ------------------------------------------------------------------------------------------
+def step_imbalance(records: dict):
+    """Long frame (step, balancing, max_over_mean): per step, the busiest expert over the mean,
+    averaged over the MoE layers, for each record (balancing name -> record)."""
+    import pandas as pd
+
+    from megalab.records import routing
+
+    parts = []
+    for name, rec in records.items():
+        imb = routing.imbalance(rec).mean(axis=1)
+        parts.append(pd.DataFrame({"step": imb.index, "balancing": name, "max_over_mean": imb}))
+    return pd.concat(parts, ignore_index=True)
+
+
+def over_steps(record):
+    """Per MoE layer, over the steps the record sums (after the warm-up): per_step, the busiest
+    expert over the mean in one step, averaged over those steps; summed, the busiest expert over
+    the mean of all those steps' tokens together; fewest_hot, the fewest experts that can have been
+    the busiest one in turn (an expert busiest in a set S of the n steps holds at least the sum of
+    their ratios over n, so no expert holds more than n·summed of the ratios)."""
+    import math
+
+    import pandas as pd
+
+    from megalab.records import routing
+
+    warm = record["routing"]["warmup_steps"]
+    per = routing.imbalance(record).iloc[warm:]
+    summed = routing.load(record).max(axis=1)
+    out = pd.DataFrame({"per_step": per.mean(axis=0).to_numpy(), "summed": summed.to_numpy()})
+    out.index = summed.index
+    out["fewest_hot"] = [math.ceil(p / s - 1e-9) for p, s in zip(out["per_step"], out["summed"])]
+    return out
+
+
+def routing_heatmap(record, title: str):
+    """Busiest expert over the mean per step (rows) and MoE layer (columns), coloured from 1.0
+    (balanced) to E / k (every token picks the busiest expert)."""
+    from megalab import charts
+    from megalab.records import routing
+    from megalab.runs.config import RunConfig
+
+    cfg = RunConfig.from_dict(record["config"])
+    fig = charts.heatmap(
+        routing.imbalance(record),
+        x_title="MoE layer",
+        y_title="step",
+        title=title,
+        z_title="busiest / mean",
+    )
+    return fig.update_traces(zmin=1.0, zmax=cfg.experts / cfg.topk, colorscale="Reds")
+
+
+def expected_max_normal(n: int) -> float:
+    """The expected largest of `n` independent standard normal values (2.344 for n = 64), by
+    integrating E[max] = ∫ x · n φ(x) Φ(x)^(n-1) dx."""
+    import numpy as np
+
+    x = np.linspace(-10.0, 10.0, 20001)
+    phi = np.exp(-(x**2) / 2) / np.sqrt(2 * np.pi)
+    cdf = 0.5 * (1 + np.vectorize(__import__("math").erf)(x / np.sqrt(2)))
+    return float(np.trapezoid(x * n * phi * cdf ** (n - 1), x))
+
+
+def multinomial_max_over_mean(tokens: int, experts: int, topk: int) -> float:
+    """A router that picks each token's top-k experts at random, independently of the other tokens:
+    each expert's copies are Binomial(tokens, k/E), so the busiest is about mean + σ·E[max of E
+    normals] (the normal approximation), over the mean."""
+    p = topk / experts
+    mean = tokens * p
+    return 1 + expected_max_normal(experts) * (tokens * p * (1 - p)) ** 0.5 / mean
+
+
+def random_router(
+    tokens: int, experts: int, topk: int, shared: float = 0.0, trials: int = 4, seed: int = 0
+) -> float:
+    """Monte Carlo: the busiest expert over the mean, averaged over `trials` batches of `tokens`
+    tokens, for a router with random weights whose logits for token t and expert e are
+    √shared·a_e + √(1-shared)·b_te (a, b independent standard normal): `shared` is the part of the
+    logits' variance every token shares (0: independent tokens, a multinomial router)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(trials):
+        common = rng.standard_normal(experts).astype(np.float32)
+        own = rng.standard_normal((tokens, experts), dtype=np.float32)
+        logits = np.sqrt(shared) * common + np.sqrt(1 - shared) * own
+        picked = np.argpartition(-logits, topk - 1, axis=1)[:, :topk]
+        counts = np.bincount(picked.ravel(), minlength=experts)
+        out.append(counts.max() / counts.mean())
+    return float(np.mean(out))
+
+
+def at_init(record, cfg, grid: int = 25):
+    """Step 0 (before any update) per MoE layer: measured, the busiest expert over the mean;
+    independent, what a random router gives over independent tokens (the step's gbs·seq tokens);
+    shared, the shared part of the logits' variance a random router needs to give the measured
+    value (interpolated on `grid` points of random_router from 0 to 0.9)."""
+    import numpy as np
+    import pandas as pd
+
+    from megalab.records import routing
+
+    tokens = cfg.gbs * cfg.seq
+    first = routing.imbalance(record).iloc[0]
+    xs = np.linspace(0.0, 0.9**0.5, grid) ** 2  # dense near 0, where the curve is steep
+    ys = np.array([random_router(tokens, cfg.experts, cfg.topk, s, trials=2) for s in xs])
+    ys = np.maximum.accumulate(ys)  # monotone for the inverse
+    return pd.DataFrame(
+        {
+            "measured": first.to_numpy(),
+            "independent": ys[0],
+            "shared": np.interp(first.to_numpy(), ys, xs),
+        },
+        index=first.index,
+    )

@@ -1,0 +1,346 @@
+"""The performance page: how fast the trainer runs, against Megatron-LM's `pretrain_gpt.py` on the
+same host and against an external reference, and why the steps of these hosts wait on the CPU.
+
+    g = timings.group(None, "ch02.tp", "H200")       # eager and graphed TP steps, one host
+    perf.mfu_table(g)                                # each configuration's step and MFU, in words
+    perf.host_per_kernel(ch00.host_cost(g), 2709)    # host time per kernel the graphs remove (µs)
+    perf.pairs({1: one, 2: two, 4: four})            # every side-by-side pair, ours / peer
+    perf.fusion_bound(cfg, hbm_tbs=4.3, host_us=84)  # what the peer's unfused wgrad add can cost
+    perf.anchor_table({"4 × H200": four})           # Megatron-LM on an 8×H100 node, beside here
+    perf.parity_checks(records, errata)              # every parity layout's verdict
+    perf.startup_phases(records)                     # median seconds per launch phase
+
+The side-by-side frames are `timings.side_by_side(...)`'s (one row per configuration, or per
+configuration and host with by_sitting). The external reference is TUTORIALS: the Megatron-LM step
+times of the vuiseng9/megatron-tutorials series (one 8×H100 80 GB node, NVIDIA's PyTorch 25.09
+container, Megatron-LM core_r0.14.0, dropout 0.1, eager, micro-batch = global batch 8), quoted as
+published, never as a measurement of this book.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "TUTORIALS",
+    "TUTORIALS_MS",
+    "UNFUSED_BYTES_PER_WEIGHT",
+    "WEIGHTS_PER_LAYER",
+    "mfu_table",
+    "host_per_kernel",
+    "pairs",
+    "fusion_bound",
+    "anchor_table",
+    "parity_checks",
+    "parity_table",
+    "stable_parity",
+    "startup_phases",
+]
+
+# the series' tensor-parallel tables (02-tp-sp.md, rows R1-R3 weak scaling and R12 strong scaling)
+TUTORIALS = (
+    "https://github.com/vuiseng9/megatron-tutorials/blob/"
+    "0b2c030a1db783c2c15313bd91b2db10860ac637/02-tp-sp.md"
+)
+# (model, TP) -> Megatron-LM's step time (ms) there, global batch 8 = micro-batch 8, seq 1024
+TUTORIALS_MS = {
+    ("gpt-1.2b", 1): 209.0,
+    ("gpt-1.2b", 2): 200.0,
+    ("gpt-2.5b", 2): 273.0,
+    ("gpt-4.2b", 4): 310.0,
+}
+# Without the fusion, each weight matrix's gradient is written in bf16 by its GEMM, then added to
+# the fp32 main gradient by a kernel of its own: it reads 2 + 4 bytes and writes 4, per weight and
+# micro-batch (Megatron Core's DDP hook, param.main_grad.add_(param.grad))
+UNFUSED_BYTES_PER_WEIGHT = 10
+# weight matrices per transformer layer whose gradient goes through that add: QKV, the attention's
+# output projection, the MLP's two matrices
+WEIGHTS_PER_LAYER = 4
+
+
+def _words(cfg) -> str:
+    from megalab.book.frame import describe
+
+    return describe(cfg.replace(cuda_graphs="none"), model=True)
+
+
+def mfu_table(g):
+    """One row per configuration of comparison group `g` (timings.group): configuration (model and
+    layout in words), launch ('eager' or 'CUDA graphs'), median_ms, mfu (against the GPU's dense
+    bf16 peak) and busy (the profiled configuration's GPU-busy share, else NaN)."""
+    import pandas as pd
+
+    return pd.DataFrame(
+        {
+            "configuration": [_words(c) for c in g["cfg"]],
+            "launch": ["eager" if c.cuda_graphs == "none" else "CUDA graphs" for c in g["cfg"]],
+            "median_ms": g["median_ms"].to_numpy(),
+            "mfu": g["mfu"].to_numpy(),
+            "busy": g["gpu_busy"].to_numpy(),
+        }
+    )
+
+
+def host_per_kernel(cost: dict, kernels: int) -> float:
+    """Host time (µs) per kernel that CUDA graphs remove: the eager step minus the graphed one
+    (ch00.host_cost), over the kernels one step runs."""
+    if kernels <= 0:
+        raise ValueError("kernels must be positive: the kernels of one profiled step")
+    return (cost["eager_ms"] - cost["graphs_ms"]) * 1e3 / kernels
+
+
+def pairs(frames: dict, fusion_from: str | None = None):
+    """Every side-by-side pair of `frames` ({"4 × H200": timings.side_by_side(...)}), one row
+    each: gpus (the frame's key), configuration (model and layout in words), launch ('eager' or
+    'CUDA graphs'), host (1, 2, ... in the order of that frame's recordings), ours_ms, peer_ms,
+    ratio, ratio_lo, ratio_hi, apart (the quartile ranges do not overlap: the gap is beyond the
+    steps' scatter) and fusion_equal: both sides accumulated weight gradients unfused (our runs
+    predate `fusion_from`, the trainer change that turned the fusion on;
+    records.TRAINER_CHANGES)."""
+    import pandas as pd
+
+    if fusion_from is None:
+        from megalab.records import TRAINER_CHANGES
+
+        fusion_from = TRAINER_CHANGES[0][0]
+    rows = []
+    for gpus, t in frames.items():
+        order = {at: i + 1 for i, at in enumerate(sorted(set(t["sitting_at"])))}
+        for (_, r), c in zip(t.iterrows(), t["cfg"]):
+            rows.append(
+                {
+                    "gpus": gpus,
+                    "configuration": _words(c),
+                    "launch": "eager" if c.cuda_graphs == "none" else "CUDA graphs",
+                    "host": order[r["sitting_at"]],
+                    "ours_ms": r["ours_ms"],
+                    "peer_ms": r["peer_ms"],
+                    "ratio": r["ratio"],
+                    "ratio_lo": r["ratio_lo"],
+                    "ratio_hi": r["ratio_hi"],
+                    "apart": bool(r["ratio_lo"] > 1 or r["ratio_hi"] < 1),
+                    "fusion_equal": bool(r["sitting_at"] < fusion_from),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def fusion_bound(cfg, hbm_tbs: float, host_us: float) -> dict:
+    """What the peer's unfused weight-gradient accumulation can add to one step of cfg: weights
+    (weight-matrix elements per GPU, the layers' attention and MLP parameters over TP and PP), adds
+    (add kernels per step: WEIGHTS_PER_LAYER per layer of the stage and micro-batch), gb (their
+    memory traffic, UNFUSED_BYTES_PER_WEIGHT a weight), gpu_ms (that traffic at `hbm_tbs` TB/s) and
+    host_ms (the adds' launches at `host_us` µs each). An estimate from bytes and launches, not a
+    measurement."""
+    from megalab import theory
+
+    p = theory.params(cfg)
+    weights = (p["attention"] + p["mlp"] + p["experts"]) / (cfg.tp * cfg.pp)
+    adds = WEIGHTS_PER_LAYER * (cfg.layers // cfg.pp) * cfg.num_microbatches
+    gb = UNFUSED_BYTES_PER_WEIGHT * weights * cfg.num_microbatches / 1e9
+    return {
+        "weights": weights,
+        "adds": adds,
+        "gb": gb,
+        "gpu_ms": gb / hbm_tbs,
+        "host_ms": adds * host_us / 1e3,
+    }
+
+
+def anchor_table(frames: dict):
+    """Megatron-LM's step on an 8×H100 node (TUTORIALS_MS, eager) beside what the side-by-side
+    pairs measured on these hosts (`frames`: {"2 × H100": timings.side_by_side(...)}), for the
+    configurations both have (one GPU or pure TP, micro-batch 8, global batch 8): configuration,
+    gpus (the frame's key), tutorials_ms, tutorials_mfu (their step time, this book's FLOP count,
+    the H100's peak), peer_eager_lo/hi (the peer without graphs, over the hosts here), ours_eager_lo
+    /hi, peer_graphs_ms and ours_graphs_ms (with Transformer Engine's CUDA graphs on both sides;
+    the median over hosts, NaN where none ran)."""
+    import pandas as pd
+
+    from megalab import theory
+
+    def median(values) -> float:
+        return float(pd.Series(values, dtype=float).median()) if values else float("nan")
+
+    rows = []
+    for gpus, t in frames.items():
+        for (name, tp), ms in TUTORIALS_MS.items():
+            mine = [
+                (c, r)
+                for (_, r), c in zip(t.iterrows(), t["cfg"])
+                if (c.name, c.tp, c.gpus, c.mbs, c.gbs) == (name, tp, tp, 8, 8)
+            ]
+            eager = [r for c, r in mine if c.cuda_graphs == "none"]
+            graphed = [r for c, r in mine if c.cuda_graphs != "none"]
+            if not eager:
+                continue
+            cfg = next(c for c, _ in mine if c.cuda_graphs == "none")
+            rows.append(
+                {
+                    "configuration": _words(cfg),
+                    "gpus": gpus,
+                    "tutorials_ms": ms,
+                    "tutorials_mfu": theory.mfu(cfg, ms / 1e3, "H100"),
+                    "peer_eager_lo": min(r["peer_ms"] for r in eager),
+                    "peer_eager_hi": max(r["peer_ms"] for r in eager),
+                    "ours_eager_lo": min(r["ours_ms"] for r in eager),
+                    "ours_eager_hi": max(r["ours_ms"] for r in eager),
+                    "peer_graphs_ms": median([r["peer_ms"] for r in graphed]),
+                    "ours_graphs_ms": median([r["ours_ms"] for r in graphed]),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+# -- loss parity
+# ----------------------------------------------------------------------------------------
+LLAMA = "untied-rope-RMSNorm-swiglu"  # the smooth model's change from the gpt-350m preset
+
+
+def parity_checks(records, errata: dict, parity=None) -> list:
+    """(RunConfig, ParityResult or None, erratum reasons) of every layout recorded with the tag
+    `parity` (the single-GPU references left out), judged by `parity` (default
+    sweep.parity(cfg, mode="cached", quiet=True)); None where no reference is recorded."""
+    from megalab.jobs import sweep
+    from megalab.records.store import NotRecorded
+    from megalab.runs.config import RunConfig
+
+    groups: dict = {}
+    for r in records:
+        if "parity" in (r.get("tags") or []):
+            c = RunConfig.from_dict(r["config"])
+            groups.setdefault(sweep.reference_of(c).key, {})[c.key] = c
+    judge = parity or (lambda c: sweep.parity(c, mode="cached", quiet=True))
+    out = []
+    for ref, cs in groups.items():
+        for key, c in cs.items():
+            if key == ref:
+                continue
+            keys = {c.key, ref}
+            why = sorted({errata[r["id"]] for r in records if r["key"] in keys and r["id"] in errata})
+            try:
+                out.append((c, judge(c), why))
+            except NotRecorded:
+                out.append((c, None, why))
+    return out
+
+
+def parity_table(checked):
+    """One row per checked layout: model, change (from its preset), layout (words), impl, lr,
+    max_diff, band, verdict ('passes', 'fails', 'set aside' for an erratum, 'no reference'),
+    spikes (the reference's spike steps)."""
+    import pandas as pd
+    from megalab.book.frame import describe
+
+    rows = []
+    for c, p, why in checked:
+        verdict = (
+            ("passes" if p.passes else "fails") if p else ("set aside" if why else "no reference")
+        )
+        rows.append(
+            {
+                "model": c.name,
+                "change": c.preset_changes or "as preset",
+                "layout": describe(c),
+                "impl": c.impl,
+                "lr": c.lr,
+                "max_diff": p.max_abs_diff if p else float("nan"),
+                "band": p.band if p else float("nan"),
+                "verdict": verdict,
+                "spikes": len(p.spikes) if p else 0,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def stable_parity(checked, impl: str = "local", lr: float = 1e-4) -> list:
+    """(RunConfig, ParityResult) of the Llama-style gpt-350m (LLAMA) at `lr` with layer spec
+    `impl`: the model that trains without loss spikes."""
+    return [
+        (c, p)
+        for c, p, _ in checked
+        if p is not None
+        and c.name == "gpt-350m"
+        and c.preset_changes == LLAMA
+        and c.impl == impl
+        and c.lr == lr
+    ]
+
+
+# -- startup
+# --------------------------------------------------------------------------------------------
+PHASES = {
+    "python": "torchrun, Python start",
+    "imports": "import torch, Megatron, TE",
+    "process_groups": "process groups",
+    "model": "build the model",
+    "training_state": "init, DDP, optimizer",
+    "loop": "data, schedule",
+    "first_step": "first step",
+}
+
+
+def startup_phases(records):
+    """Median seconds in each launch phase (PHASES, in words) over the ok runs that report their
+    phases (summary.startup_marks_s: seconds since launch at the end of each); attrs: runs."""
+    import pandas as pd
+
+    marks = pd.DataFrame(
+        [
+            r["summary"]["startup_marks_s"]
+            for r in records
+            if r.get("status") == "ok" and (r.get("summary") or {}).get("startup_marks_s")
+        ]
+    )
+    if marks.empty:
+        raise LookupError("no run reports its startup phases (summary.startup_marks_s)")
+    marks = marks[list(PHASES)]
+    phases = marks.diff(axis=1).fillna(marks).median().rename(index=PHASES)
+    out = phases.rename("seconds").rename_axis("phase").reset_index()
+    out.attrs["runs"] = len(marks)
+    return out
+
+
+def startup_seconds(records) -> list[float]:
+    """Launch to the end of the first step (summary.startup_s) of every ok run of the trainer."""
+    return [
+        float(r["summary"]["startup_s"])
+        for r in records
+        if r.get("status") == "ok"
+        and (r.get("config") or {}).get("runner", "megalab") == "megalab"
+        and (r.get("summary") or {}).get("startup_s")
+    ]
+
+
+# -- figures
+# -------------------------------------------------------------------------------------------
+def pair_bars(p, title: str = "Our step time over Megatron-LM's, host by host"):
+    """charts.ratio_bars of `pairs(...)`: one bar per pair, named by configuration and GPUs, one
+    colour per launch mode and host ("eager, host 2")."""
+    from megalab import charts
+
+    df = p.assign(
+        pair=[f"{c} on {g}" for c, g in zip(p["configuration"], p["gpus"])],
+        recording=[f"{launch}, host {h}" for launch, h in zip(p["launch"], p["host"])],
+    ).sort_values(["launch", "host"], kind="stable")
+    fig = charts.ratio_bars(
+        df,
+        "pair",
+        group="recording",
+        title=title,
+        y_title="ours / Megatron-LM (below 1: ours faster)",
+    )
+    return fig.update_layout(xaxis_title="configuration and GPUs", legend_title_text="launch, host")
+
+
+def parity_curves(stable) -> dict:
+    """{name: {"step", "loss"}} for charts.loss_parity: the one-GPU reference of `stable`
+    (stable_parity's pairs) first, then each layout, named in words without the layer spec."""
+    from megalab.book.frame import describe
+
+    if not stable:
+        raise LookupError("no parity layout to draw")
+    ref = stable[0][1].series
+    out = {"1 GPU": {"step": list(ref["step"]), "loss": list(ref["reference"])}}
+    for c, p in stable:
+        name = describe(c.replace(impl="te"))
+        out[name] = {"step": list(p.series["step"]), "loss": list(p.series["layout"])}
+    return out
