@@ -151,7 +151,7 @@ def test_the_chapters_defining_points_carry_their_settings():
 
 
 def test_the_estimate_sums_recorded_start_up_and_steps(tmp_path):
-    from megalab.book import chapters
+    from megalab.book import chapters, specs
 
     store = Store(tmp_path)
     one = chapters.runs("ch04", 2)["seq_1gpu"][2]  # 8k tokens: a defining point
@@ -161,6 +161,8 @@ def test_the_estimate_sums_recorded_start_up_and_steps(tmp_path):
     est = live.estimate("04_context_parallel/context_parallel", 2, store=store)
     each = 30.0 + 6 * 0.5  # start-up plus the six recorded steps
     assert est.counted == 2 and est.full_s == pytest.approx(2 * each)
+    asked = [i for i in specs.items(chapters.runs("ch04", 2)) if getattr(i, "cfg", i).gpus <= 2]
+    assert est.runs == len(asked)  # the CP 4 parity runs on four GPUs: not here
     assert est.quick_s == pytest.approx(each) and "2 of its" in str(est)
     assert live.estimate("planner", 2, store=store) is None
 

@@ -66,7 +66,8 @@ def run_seconds(record: dict) -> float | None:
 @dataclass(frozen=True)
 class Estimate:
     """The time a live reproduction should take: full and quick, in seconds, from the recorded runs
-    (`counted` of `runs` have a record to cost them; the others are left out)."""
+    (`counted` of its `runs` runs and searches have a record to cost them; the others are left
+    out)."""
 
     page: str
     gpus: int
@@ -84,7 +85,7 @@ class Estimate:
             f"{self.page} on {self.gpus} GPU(s): about {self.full_s / 60:.0f} min to finish in "
             f"full, {self.quick_s / 60:.0f} min with --quick ({self.quick_runs} runs); from the "
             f"start-up and step times recorded on {self.gpu} for {self.counted} of its "
-            f"{self.runs} runs (the others have no record and are not counted){left}"
+            f"{self.runs} runs and searches (the others have no record: not counted){left}"
         )
 
 
@@ -92,30 +93,25 @@ def estimate(
     page: str, gpus: int, gpu: str = "H200", store=None, reproduction: str | None = None
 ) -> Estimate | None:
     """How long a live reproduction of `page` should take on `gpus` GPUs of model `gpu`: the
-    recorded cost (run_seconds) of each run its chapter launches, summed, full and quick; runs that
-    `reproduction` already measured are left out. None for a page of no chapter."""
+    recorded cost (run_seconds, the newest record on that GPU model) of each run its chapter
+    launches on them, summed, full and quick; a search (Fit) costs the probes recorded in its
+    window. Runs that `reproduction` already measured are left out. None for a page of no
+    chapter."""
     from megalab.book import chapters
-    from megalab.book.specs import Profiled, items, keys_of
-    from megalab.records.store import as_store
+    from megalab.book.specs import items, keys_of
 
     chapter = chapter_of(page)
     if chapter is None or gpus < 1:
         return None
-    store = as_store(store)
-    found_items = list(items(chapters.runs(chapter, gpus)))
-    profiled = {k for i in found_items if isinstance(i, Profiled) for k in keys_of(i)}
-    keys = list(dict.fromkeys(k for i in found_items for k in keys_of(i)))
+    # what runs here: a run wider than the machine is answered by its reference record
+    asked = [i for i in items(chapters.runs(chapter, gpus)) if getattr(i, "cfg", i).gpus <= gpus]
+    cost = recorded_costs(store, gpu)
     quick = set(quick_keys(page, gpus, gpu))
     done = set()
     if reproduction is not None:
         tag = reproductions.tag(reproduction)
-        done = {r.get("key") for r in store.load("run", tag=tag)}
-    cost = {}
-    for key in keys:
-        found = store.find(key, gpu_model=gpu, profiled=key in profiled or None)
-        seconds = next((s for r in found if (s := run_seconds(r)) is not None), None)
-        if seconds is not None:
-            cost[key] = seconds
+        done = {r.get("key") for r in cost.store.load("run", tag=tag)}
+    keys = {k: None for i in asked for k in keys_of(i)}  # each run once, in order
     todo = [k for k in keys if k not in done]
     return Estimate(
         page=page,
@@ -123,11 +119,37 @@ def estimate(
         gpu=gpu,
         full_s=sum(cost.get(k, 0.0) for k in todo),
         quick_s=sum(cost.get(k, 0.0) for k in todo if k in quick),
-        runs=len(keys),
-        counted=len(cost),
+        runs=len(asked),
+        counted=sum(any(k in cost for k in keys_of(i)) for i in asked),
         quick_runs=len(quick & set(keys)),
         done=len(done & set(keys)),
     )
+
+
+class _Costs(dict):
+    """Run key -> seconds (run_seconds) of its newest costed record; `store` the store read."""
+
+    store: object
+
+
+def recorded_costs(store=None, gpu: str = "H200") -> _Costs:
+    """Run key -> what its newest record on GPU model `gpu` cost (run_seconds), retracted records
+    (errata) aside: one pass over the store."""
+    from megalab.records.store import as_store, same_gpu_model
+
+    out = _Costs()
+    out.store = as_store(store)
+    retracted = set(out.store.errata())
+    newest: dict[str, tuple] = {}
+    for n, r in enumerate(out.store.load("run")):
+        if r.get("id") in retracted or not same_gpu_model((r.get("env") or {}).get("gpu_name"), gpu):
+            continue
+        seconds = run_seconds(r)
+        when = (r.get("recorded_at") or "", n)
+        if seconds is not None and when >= newest.get(r.get("key"), (("", -1),))[0]:
+            newest[r.get("key")] = (when, seconds)
+    out.update({k: s for k, (_, s) in newest.items()})
+    return out
 
 
 # -- one reproduction
