@@ -351,14 +351,14 @@ def _execute_live(src, dst, nb, parameters, base, quick, fresh) -> str:
     from megalab.jobs import reproduction
 
     run = live.begin(nb, parameters, quick=quick, fresh=fresh)
-    if run is not None:
-        said = live.estimate(run.page, run.gpus, reproduction=run.id)
-        print(
-            f"megalab reproduce: {'resuming' if run.resumed else 'starting'} {run.id}"
-            + (f"; {said}" if said else ""),
-            file=sys.stderr,
-        )
     try:
+        if run is not None:
+            said = live.estimate(run.page, run.gpus, reproduction=run.id)
+            print(
+                f"megalab reproduce: {'resuming' if run.resumed else 'starting'} {run.id}"
+                + (f"; {said}" if said else ""),
+                file=sys.stderr,
+            )
         with reproduction.active(run.id) if run else contextlib.nullcontext():
             execute(src, dst, parameters, base)
         status = "ok"
