@@ -132,7 +132,9 @@ def test_quick_launches_only_the_defining_points(tmp_path, monkeypatch):
         assert results.run(CFG.replace(seq=512), "live", store=store).record == reference
         results.run(CFG.replace(seq=1024), "live", store=store, quiet=True)
         results.run(CFG.replace(seq=2048), "live", store=store, quiet=True)  # nothing recorded
-    assert launched == [1024, 2048]
+        store.append(_record(CFG.replace(seq=1024)))  # the book's record, on this GPU model
+        results.run(CFG.replace(seq=1024), "auto", store=store, quiet=True)  # measured again
+    assert launched == [1024, 2048, 1024]
     assert reproduction.current() is None  # outside the block, nothing changes
 
 

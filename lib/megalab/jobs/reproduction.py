@@ -8,7 +8,9 @@ notebook's kernel. Then `run`, in live or auto mode:
   handed out in this execution, so repeats of one configuration (a parity's two references) each
   get their own;
 - in a quick reproduction, answers a configuration that is not one of its figures' defining points
-  (the started record's `quick_keys`) from the store, when recorded, and launches only the others.
+  (the started record's `quick_keys`) from the store, when recorded, and measures the defining
+  points live (in auto mode too, where this machine's GPU model has a record of them) when this
+  machine has the GPUs.
 Outside a reproduction (the variable unset) nothing changes.
 """
 
@@ -47,6 +49,10 @@ class Context:
         record = found[-1]  # find is newest first
         self.handed.add(record["id"])
         return record
+
+    def defines(self, cfg) -> bool:
+        """Whether a quick reproduction re-measures `cfg` (one of its figures' defining points)."""
+        return self.quick_keys is not None and cfg.key in self.quick_keys
 
     def skips(self, cfg) -> bool:
         """Whether a quick reproduction leaves `cfg` to the records (not a defining point)."""

@@ -273,7 +273,8 @@ def run(
     """
     cfg.validate()  # an impossible layout is answered as such, whatever the mode
     store = as_store(store)
-    if mode != "cached" and (within := reproduction.current(store)) is not None:
+    within = reproduction.current(store) if mode != "cached" else None
+    if within is not None:
         if (mine := within.measured(cfg, store, exclude, profile)) is not None:
             return Result(mine, "live")  # measured by this reproduction before it was cut short
         if within.skips(cfg):  # a quick reproduction: not one of its figures' defining points
@@ -283,6 +284,8 @@ def run(
                 pass
         tags = [*tags, within.tag]
     gpu_name, gpus, te = _local_hardware() if mode != "cached" else (None, 0, False)
+    if within is not None and within.defines(cfg) and gpus >= cfg.gpus:
+        mode = "live"  # a quick reproduction re-measures a defining point this machine can run
     source, record = select(cfg, mode, store, gpu_name, gpus, te, exclude, gpu, profile)
     if profile:
         tags = [*tags, "profile"]
