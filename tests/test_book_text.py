@@ -49,15 +49,31 @@ def test_rewritten_chapter_keeps_the_reader_path_budgets(number):
     assert not problems, f"{path.relative_to(ROOT)}:\n  " + "\n  ".join(problems)
 
 
+EVIDENCE_PART = "Evidence (appendix)"
+
+
+def appendix() -> list[str]:
+    """The files of _toc.yml's evidence part: out of the reader's Previous/Next chain through the
+    chapters, in the chapters' order."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    parts = [p for p in toc["parts"] if p.get("caption") == EVIDENCE_PART]
+    assert len(parts) == 1, f"_toc.yml: want one part with caption {EVIDENCE_PART!r}"
+    return [c["file"] for c in parts[0]["chapters"]]
+
+
+def test_no_evidence_page_sits_in_the_reader_path():
+    reader = [f for f, _ in _toc_entries(yaml.safe_load((ROOT / "_toc.yml").read_text()))]
+    inside = [f for f in reader if "evidence" in f.rsplit("/", 1)[-1] and f not in appendix()]
+    assert not inside, f"_toc.yml: move {inside} to the {EVIDENCE_PART!r} part"
+
+
 @pytest.mark.parametrize("number", REWRITTEN)
-def test_an_evidence_page_is_listed_under_its_chapter(number):
+def test_an_evidence_page_is_listed_in_the_appendix(number):
     evidence = chapter_dir(number) / "evidence.ipynb"
     if not evidence.exists():
         pytest.skip(f"chapter {number} keeps its evidence in the notebook's Evidence part")
-    toc = dict(_toc_entries(yaml.safe_load((ROOT / "_toc.yml").read_text())))
-    chapter = main_notebook(number).relative_to(ROOT).with_suffix("").as_posix()
-    assert evidence.relative_to(ROOT).with_suffix("").as_posix() in toc.get(chapter, []), (
-        f"_toc.yml: list {evidence.relative_to(ROOT)} in `sections:` under {chapter}"
+    assert evidence.relative_to(ROOT).with_suffix("").as_posix() in appendix(), (
+        f"_toc.yml: list {evidence.relative_to(ROOT)} in the {EVIDENCE_PART!r} part"
     )
 
 
@@ -72,12 +88,11 @@ def test_rewritten_page_keeps_the_reader_path_budgets(page):
 
 
 @pytest.mark.parametrize("page", sorted(REWRITTEN_PAGES))
-def test_a_rewritten_pages_evidence_is_listed_under_it(page):
+def test_a_rewritten_pages_evidence_is_listed_in_the_appendix(page):
     evidence = ROOT / "book" / f"{REWRITTEN_PAGES[page]}.ipynb"
     assert evidence.exists(), f"{evidence.relative_to(ROOT)}: the page's evidence page is missing"
-    toc = dict(_toc_entries(yaml.safe_load((ROOT / "_toc.yml").read_text())))
-    assert f"book/{REWRITTEN_PAGES[page]}" in toc.get(f"book/{page}", []), (
-        f"_toc.yml: list book/{REWRITTEN_PAGES[page]} in `sections:` under book/{page}"
+    assert f"book/{REWRITTEN_PAGES[page]}" in appendix(), (
+        f"_toc.yml: list book/{REWRITTEN_PAGES[page]} in the {EVIDENCE_PART!r} part"
     )
 
 

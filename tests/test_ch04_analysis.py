@@ -119,6 +119,7 @@ def test_speedup_divides_each_length_by_its_one_gpu_run():
     table = ch04.runs_table(_group(cfgs))
     assert table["configuration"].iloc[-1] == "8k tokens, CP 2 (all-gather)"
     assert table["run_medians"].iloc[0] == "100.0, 101.0" and list(table["runs"]) == [2] * 5
+    assert set(table["wide"]) == {"no"}
     # the group's medians make the same line as runs do: no fixed part when the GPU paces the step
     line = eager.fixed_cost([(c, ms / 1e3) for c, ms in cfgs.items() if c.cp == 1])
     assert line["layout"].tolist() == ["1 GPU"] and line["runs"].iloc[0] == 2
@@ -231,3 +232,35 @@ def test_the_graphed_ring_step_hides_its_sends(group):
     parts = ch04.step_parts(ring, float(g.loc[g.attrs["profiled"], "median_ms"]))
     assert parts["ms"].sum() == pytest.approx(g.loc[g.attrs["profiled"], "median_ms"])
     assert parts["part"].iloc[0] == "compute kernels" and (parts["ms"] > 0).all()
+
+
+def test_oom_rows_mark_each_run_out_of_memory(book):
+    b2, _ = book
+    rows = ch04.oom_rows(_runs(b2["seq_1gpu"]), [])
+    assert rows.to_dict("records") == [{"seq": 65536, "series": "1 GPU, out of memory"}]
+    assert ch04.oom_rows([], []).empty
+
+
+def test_refusal_names_megatrons_flag_and_wraps():
+    try:
+        ONE.replace(gpus=32, cp=32, seq=65536, cp_comm="a2a").validate()
+    except megalab.InvalidLayout as e:
+        text = ch04.refusal(e, width=60)
+    assert "--cp-comm-type a2a" in text and "cp_comm" not in text
+    assert max(len(line) for line in text.splitlines()) <= 60
+
+
+def test_parity_figure_draws_a_band_per_length(book):
+    b2, _ = book
+    pars = [p.run("cached", quiet=True) for p in [*b2["parity"], *b2["parity_long"]]]
+    names = [t.name for t in ch04.parity_figure(pars, "parity").data]
+    bands = [n for n in names if n.startswith("±")]
+    assert bands == [n for n in names[:2]] and len(bands) == 2
+    assert bands[1].endswith("around 1 GPU, 16k tokens")
+    assert all(len(n.split()[0]) <= 6 for n in bands)  # "±0.027", not "±0.0271225"
+
+
+def test_host_words():
+    g = pd.DataFrame({"cfg": [ONE, ONE.replace(gpus=2, cp=2)]})
+    g.attrs["host"] = "vm (32 CPUs, NVIDIA H200)"
+    assert ch04.host_words(g) == "2×H200 virtual machine (32 CPUs)"

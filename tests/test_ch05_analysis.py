@@ -171,7 +171,7 @@ def test_runs_table_numbers_recordings_by_host_and_build():
     b.record = dict(b.record, git_commit="b", recorded_at="2026-01-03")
     t = ch05.runs_table([b, a])
     assert t["configuration"].tolist() == ["gpt-8.3b, PP 2, m = 2", "gpt-8.3b, PP 2 × VPP 2, m = 2"]
-    assert t["recording"].tolist() == [1, 2] and t["host"].iloc[0] == "vm, 64 CPUs"
+    assert t["recording"].tolist() == [1, 2] and t["host"].iloc[0] == "64 CPUs"
 
 
 def test_bubble_table_keeps_only_what_the_interleaved_schedule_allows():
@@ -185,3 +185,26 @@ def test_probe_busy_is_kernel_time_over_wall_time(tmp_path, monkeypatch):
     (tmp_path / "p.json").write_text(json.dumps({"kernel_busy_ms": 25.0, "wall_ms": 100.0}))
     monkeypatch.setattr("megalab.machine.env.repo_root", lambda: tmp_path)
     assert ch05.probe_busy("p.json") == 0.25
+
+
+def test_bubble_figure_marks_coincident_lines_and_reads_ticks_in_percent():
+    fig = ch05.bubble_figure(ch05.bubble_table(), "Predicted")
+    names = [t.name for t in fig.data]
+    assert "p = 4, v = 3 (on p = 2, v = 1)" in names
+    on = next(t for t in fig.data if t.name.startswith("p = 4, v = 3"))
+    assert "markers" in on.mode
+    assert fig.layout.yaxis.type == "log" and fig.layout.yaxis.ticktext[0] == "0.5%"
+
+
+def test_table_words_booleans_and_pads_cells():
+    df = pd.DataFrame({"layout": ["PP 2", "PP 2 × VPP 2"], "wide": [True, False], "x": [1.0, 0.9]})
+    df = pd.concat([df, df])  # a repeated index, as pd.concat of per-run tables makes
+    html = ch05.table(df, {"layout": "Schedule", "wide": "Wide", "x": "Ratio"}).to_html()
+    assert "yes" in html and "no" in html and "True" not in html and "padding" in html
+
+
+def test_parity_curves_leave_the_layer_spec_to_the_title(monkeypatch):
+    from megalab.book.chapters import ch02_analysis
+
+    monkeypatch.setattr(ch02_analysis, "parity_curves", lambda p: {"PP 4, local layers": [1.0]})
+    assert list(ch05.parity_curves([])) == ["PP 4"]

@@ -111,3 +111,18 @@ def test_constants_table_sets_calibrations_side_by_side(cal, refit):
     assert t.loc[host, "graphs"] < t.loc[host, "eager"] and t.loc[host, "records_graphs"] > 0
     gemm = ch07.CONSTANT_WORDS["gemm_eff"]
     assert t.loc[gemm, "graphs"] == t.loc[gemm, "eager"] and t.loc[gemm, "records_graphs"] == 0
+
+
+def test_why_not_first_and_constants_read_as_words():
+    assert (
+        ch07._why_words("PP send/recv +78 ms, +44 ms in all")
+        == "PP send/recv 78 ms more than #1; step 44 ms more"
+    )
+    assert ch07._why_words("bubble +83 ms") == "bubble 83 ms more than #1"
+    assert ch07._why_words("ties with #1") == "ties with #1"
+    assert [ch07._three_figures(x) for x in (1240.85, 451.84, 28.72, 0.5093)] == [
+        "1,240",
+        "452",
+        "28.7",
+        "0.509",
+    ]

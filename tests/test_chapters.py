@@ -48,10 +48,10 @@ def test_fit_window_brackets_the_prediction():
 
 def test_plan_orders_baselines_first_and_parity_after_its_references(tmp_path):
     lines = recording.plan("ch02", gpus=4, store=Store(tmp_path))
-    group = chapters.tensor_parallel(4)["groups"]["tp"]
-    # the comparison group first, whole
-    assert lines[: len(group.plan_lines())] == group.plan_lines()
-    lines = lines[len(group.plan_lines()) :]
+    # the comparison groups first, each whole
+    for group in chapters.tensor_parallel(4)["groups"].values():
+        assert lines[: len(group.plan_lines())] == group.plan_lines()
+        lines = lines[len(group.plan_lines()) :]
     # a timing baseline, alone
     assert lines[0].startswith("ch02! ") and "--tp 1 " in lines[0]
     wait = lines.index("wait")
@@ -113,16 +113,16 @@ def _subsequence(part: list, whole: list) -> bool:
 @pytest.mark.parametrize("chapter, gpus", _read_at())
 def test_the_store_answers_every_run_the_chapter_reads(chapter, gpus):
     """What a notebook reads (`chapters.runs`) is recorded: the plan printed with --missing is the
-    chapter's plan less what the store answers, and that leaves only the comparison groups whose
-    records are not imported yet (each group whole, or not at all), on every GPU model the chapter
-    plans for."""
+    chapter's plan less what the store answers, and that leaves only the comparison groups and
+    lessons whose records are not imported yet (each whole, or not at all), on every GPU model the
+    chapter plans for."""
     found = chapters.runs(chapter, gpus)
     for gpu in _gpu_models(found):
         missing = recording.plan(chapter, gpus, gpu, missing_only=True)
         assert _subsequence(missing, recording.plan(chapter, gpus, gpu))
         waiting = [
             line
-            for g in specs.groups(found)
+            for g in [*specs.groups(found), *specs.lessons(found)]
             if (getattr(g, "gpu", None) or "H200") == gpu and not recording.is_recorded(g)
             for line in g.plan_lines()
         ]
@@ -232,10 +232,12 @@ def test_chapter_groups_print_the_recorded_plan():
     """ch02's, ch05's and ch01's groups print the plan their records come from, line for line: each
     configuration alone, alternated A B C A B C, tagged group.<chapter>.<lesson>, then the profiled
     run; a warm-up run (the group's widest configuration) before each group."""
+    recorded = ("ch02.tp", "ch05.vpp", "ch01.dp-weak")  # the plan's; the later groups aside
     lines = [
         line
         for chapter in ("ch02", "ch05", "ch01")
         for g in specs.groups(chapters.runs(chapter, 4))
+        if g.name in recorded
         for line in g.plan_lines()
     ]
     want = [line for line in AXIS_PLAN.read_text().splitlines() if line.startswith("group.")]
@@ -364,3 +366,104 @@ def test_the_next_groups_print_alternated(chapter, tmp_path):
         assert len(set(timed[:n])) == n and all(line.startswith(g.tag + "! ") for line in timed)
         assert block[0].startswith("warmup! ") and block[-1] == timed[g.profiled] + " --profile"
         at += len(block)
+
+
+# the groups of issue 44's 4-GPU plan (axis-4.txt): lesson -> its name and configurations at 4 GPUs
+AXIS4_GROUPS = {
+    "ch01": {"dp_weak": 3, "dp_strong": 3, "overlap": 2},
+    "ch02": {"tp": 6, "tp_vs_dp": 3},
+}
+
+
+@pytest.mark.parametrize("chapter", list(AXIS4_GROUPS))
+def test_the_four_gpu_groups_validate_are_graphed_and_alternate(chapter):
+    """ch01's strong scaling (one global batch) and overlap (3 rounds: the claim is under 10%), and
+    ch02's TP against DP: valid on a 4x H200 host with TE, CUDA graphs, fitting an H200."""
+    from megalab import theory
+
+    found = chapters.runs(chapter, 4)["groups"]
+    assert {k: len(g.configs) for k, g in found.items()} == AXIS4_GROUPS[chapter]
+    for g in found.values():
+        for cfg in g.configs:
+            cfg.validate(gpus_available=4, te_available=True, gpu_name="H200")
+            assert theory.plan(cfg)["memory_gib"]["fits"], cfg.label
+            # ch02.tp's TP 2 eager point shows what graphs save
+            assert cfg.cuda_graphs == "te" or g.name == "ch02.tp", cfg.label
+    if chapter == "ch01":
+        strong, overlap = found["dp_strong"], found["overlap"]
+        assert {c.gbs for c in strong.configs} == {16} and [c.gpus for c in strong.configs] == [
+            1,
+            2,
+            4,
+        ]
+        assert overlap.rounds == 3 and [c.overlap for c in overlap.configs] == [False, True]
+        assert "overlap" not in chapters.runs("ch01", 1)["groups"]
+
+
+def test_tp_against_dp_runs_the_micro_batch_its_freed_memory_allows():
+    """ch02.tp-vs-dp: DP 4 + distributed optimizer at micro-batch 8; each TP at the largest
+    micro-batch dividing its share of the same global batch whose predicted memory stays within
+    DP's (specs.largest_mbs_within), and the next one up would not."""
+    from megalab import theory
+
+    dp, *tps = chapters.runs("ch02", 4)["groups"]["tp_vs_dp"].configs
+    budget = theory.memory(dp, "H200")["total"]
+    assert (dp.tp, dp.mbs, dp.dist_opt) == (1, 8, True)
+    assert [(c.tp, c.mbs) for c in tps] == [(2, 12), (4, 24)]
+    for c in tps:
+        assert c.gbs == dp.gbs and theory.memory(c, "H200")["total"] <= budget
+        bigger = [m for m in range(c.mbs + 1, c.gbs // c.dp + 1) if (c.gbs // c.dp) % m == 0]
+        assert theory.memory(c.replace(mbs=bigger[0]), "H200")["total"] > budget
+    assert specs.largest_mbs_within(dp, 0.0) == 1
+    assert "tp_vs_dp" not in chapters.runs("ch02", 1)["groups"]
+
+
+def test_the_routing_lesson_is_planned_once_each_and_recorded_by_its_tag(tmp_path):
+    """ch06.routing: the auxiliary loss at 0.01, 0.1 and none, fp32 router, 300 steps with a
+    100-step warm-up, each run once alone after the chapter's groups; recorded when each has an ok
+    record tagged ch06.routing."""
+    from run_records import record
+
+    lesson = chapters.runs("ch06", 2)["lessons"]["routing"]
+    assert not chapters.runs("ch06", 1)["lessons"]
+    assert not any(isinstance(i, specs.Lesson) for i in specs.items(chapters.runs("ch06", 2)))
+    assert [(c.moe_balance, c.moe_aux_coeff) for c in lesson.configs] == [
+        ("aux_loss", 0.01),
+        ("aux_loss", 0.1),
+        ("none", 0.01),
+    ]
+    for c in lesson.configs:
+        c.validate(gpus_available=2, te_available=True, gpu_name="H200")
+        assert (c.iters, c.lr_warmup, c.moe_router_fp32, c.ep) == (300, 100, True, 2)
+    store = Store(tmp_path)
+    lines = recording.plan("ch06", 2, missing_only=True, store=store, host_gpus=2)
+    at = len(chapters.runs("ch06", 2)["groups"]["ep"].plan_lines())
+    assert lines[at : at + 3] == lesson.plan_lines()
+    assert all(line.startswith("ch06.routing! ") for line in lesson.plan_lines())
+    for c in lesson.configs[:2]:
+        store.append(record(c, tags=[lesson.tag]))
+    assert not recording.is_recorded(lesson, store)
+    store.append(record(lesson.configs[2], tags=[lesson.tag]))
+    assert recording.is_recorded(lesson, store)
+    after = recording.plan("ch06", 2, missing_only=True, store=store, host_gpus=2)
+    assert after == lines[:at] + lines[at + 3 :]
+
+
+def test_the_fair_peer_pair_is_one_group_of_equal_settings():
+    """perf.peer (`megalab experiments performance`): the trainer and the peer at the same settings,
+    wgrad fusion off on both, eager and graphed, three rounds; from 2 GPUs."""
+    g = chapters.runs("performance", 2)["groups"]["peer"]
+    assert chapters.key_of("performance") == "performance" and chapters.key_of("1") == "ch01"
+    with pytest.raises(chapters.UnknownChapter):  # a page is no chapter: reproduce relies on it
+        chapters.resolve("performance")
+    assert not chapters.runs("performance", 1)["groups"]
+    assert g.name == "perf.peer" and g.rounds == 3
+    assert [(c.runner, c.cuda_graphs) for c in g.configs] == [
+        ("megalab", "none"),
+        ("megatron-lm", "none"),
+        ("megalab", "te"),
+        ("megatron-lm", "te"),
+    ]
+    assert {c.grad_accum_fusion for c in g.configs} == {"off"}
+    ours, peer = g.configs[:2]
+    assert peer.replace(runner="megalab", init="layout_invariant") == ours

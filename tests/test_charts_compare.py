@@ -161,6 +161,6 @@ def test_grouped_bars_integers_read_as_integers_and_shares_as_percent():
     assert fig.data[0].texttemplate == "%{y:.0%}" and fig.layout.yaxis.tickformat == ".0%"
     df = pd.DataFrame({"layout": ["TP 2", "TP 4"], "ms": [91.25, 80.0]})
     fig = charts.grouped_bars(df, "layout", "ms", y_title="ms per step")
-    assert fig.data[0].texttemplate == "%{y:~.3g}" and not fig.layout.yaxis.tickformat
+    assert fig.data[0].texttemplate == "%{y:.3~g}" and not fig.layout.yaxis.tickformat
     fig = charts.grouped_bars(df, "layout", "ms", text_format=",.0f")
     assert fig.data[0].texttemplate == "%{y:,.0f}"

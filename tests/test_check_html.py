@@ -122,6 +122,14 @@ def test_figure_problems_evidence_pages_keep_only_run_keys_out_of_labels():
     assert len(evidence) == 1 and "run key" in evidence[0]
 
 
+def test_an_unrounded_number_on_a_figure_mark_is_a_problem_on_reader_pages():
+    figs = [{"title": "Memory", "legend": [], "axes": [], "marks": ["36.279775857925415", "41.2"]}]
+    found = check_html.reader_problems("reader", "", figs, 1400)
+    assert len(found) == 1 and "unrounded number" in found[0]
+    figs[0]["marks"] = ["36.3", "1,234", "0.5%"]
+    assert check_html.reader_problems("reader", "", figs, 1400) == []
+
+
 PAGE = """<!DOCTYPE html><html><head><meta charset="utf-8"><script src="../../_static/plotly.min.js"></script></head>
 <body><main><article class="bd-article"><p>{text}</p>
 <div class="cell_input"><pre>megalab.run("{key}")</pre></div>

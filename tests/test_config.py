@@ -146,6 +146,16 @@ RULES = [
     ),
     (dict(moe_balance="none"), "moe_balance=none needs a MoE model"),
     (dict(moe_balance="force", experts=4), None),
+    (dict(moe_aux_coeff=0.1, experts=4), None),
+    (dict(moe_router_fp32=True, experts=4), None),
+    (dict(moe_router_fp32=True), "--moe-router-fp32 need a MoE model"),
+    (dict(moe_aux_coeff=0.1), "--moe-aux-coeff and --moe-router-fp32 need a MoE model"),
+    (dict(moe_aux_coeff=0.1, experts=4, moe_balance="none"), "moe_aux_coeff=0.1: give a positive"),
+    (dict(moe_aux_coeff=0.0, experts=4), "moe_aux_coeff=0: give a positive weight"),
+    (dict(grad_accum_fusion="off"), None),
+    (dict(lr_warmup=10), None),
+    (dict(lr_warmup=30), "lr_warmup=30: warm up for 0 to iters - 1 (29) steps"),
+    (dict(grad_accum_fusion="on", impl="local"), None),
     (
         dict(moe_balance="even", experts=4),
         "moe_balance='even' is not supported: pick one of aux_loss, force, none",
@@ -367,3 +377,46 @@ def test_stop_when_tight_off_keeps_every_key_and_label():
     assert "--stop-when-tight" in config_to_args(on) and "--stop-when-tight" not in config_to_args(
         c
     )
+
+
+def test_aux_coefficient_router_dtype_wgrad_fusion_and_warmup_at_defaults_keep_old_keys():
+    """The four knobs came after the records: at their defaults (0.01, the model's dtype, each
+    runner's own fusion, min(10, iters // 10) warm-up steps) they stay out of key and label, so
+    every committed record keeps its key (recomputed from results/runs.jsonl, less the fields a
+    record made before them lacks); otherwise the label says so, the key differs and the flags
+    round-trip."""
+    import json
+    from pathlib import Path
+
+    added = {
+        "moe_aux_coeff": 1e-2,
+        "moe_router_fp32": False,
+        "grad_accum_fusion": "auto",
+        "lr_warmup": None,
+    }
+    path = Path(__file__).resolve().parents[1] / "results" / "runs.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    checked = 0
+    for rec in records:
+        if "config" in rec and "key" in rec:
+            old = {k: v for k, v in rec["config"].items() if k not in added}
+            cfg = RunConfig.from_dict(old)
+            assert cfg.key == rec["key"] == cfg.replace(**added).key
+            assert cfg.label == cfg.replace(**added).label
+            checked += 1
+    assert checked >= 240
+    moe = presets.get("olmoe-like").replace(gpus=2, mbs=4, gbs=8)
+    changed = {
+        "moe_aux_coeff": (0.1, "_aux0.1"),
+        "moe_router_fp32": (True, "_router-fp32"),
+        "grad_accum_fusion": ("off", "_wgradfusion-off"),
+        "lr_warmup": (100, "_warmup100"),
+    }
+    parser = add_config_args(argparse.ArgumentParser())
+    for name, (value, suffix) in changed.items():
+        c = moe.replace(**{name: value})
+        assert c.label == moe.label + suffix and c.key != moe.key
+        assert config_from_args(parser.parse_args(config_to_args(c))) == c
+    flags = ["--moe-aux-coeff", "0.1", "--moe-router-fp32", "--grad-accum-fusion", "off"]
+    c = config_from_args(parser.parse_args(flags))
+    assert (c.moe_aux_coeff, c.moe_router_fp32, c.grad_accum_fusion) == (0.1, True, "off")

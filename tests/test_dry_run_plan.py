@@ -40,3 +40,17 @@ def test_what_needs_transformer_engine_to_build():
 def test_an_invalid_layout_fails_before_anything_starts():
     verdict, detail = dry.check(presets.get("gpt-1.2b").replace(gpus=3, tp=3), timeout=10)
     assert verdict == "FAILED" and detail.startswith("invalid: ")
+
+
+def test_a_peer_job_is_checked_as_its_trainer_twin_without_a_checkout(monkeypatch):
+    """A runner megatron-lm job has its pretrain_gpt.py flags mapped, then builds as the trainer's
+    twin (the same model and shards), so the check needs no Megatron-LM checkout."""
+    from megalab.jobs import peer
+
+    built = []
+    monkeypatch.setattr(dry, "needs_te", lambda cfg: built.append(cfg) or "stub")
+    monkeypatch.setattr(dry.importlib.util, "find_spec", lambda name: None)
+    cfg = peer.peer_config(presets.get("gpt-1.2b").replace(gpus=2, tp=2, mbs=8, gbs=8))
+    verdict, _ = dry.check(cfg.replace(grad_accum_fusion="off"), timeout=10)
+    assert verdict == "validated" and built[0].runner == "megalab"
+    assert built[0].grad_accum_fusion == "off"

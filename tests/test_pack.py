@@ -127,3 +127,41 @@ def test_a_job_past_the_hard_end_is_interrupted_as_ctrl_c_would(tmp_path):
     pack.stop(polite, grace_s=10)
     pack.stop(stubborn, grace_s=1)
     assert said.read_text() == "interrupted" and stubborn.returncode == -9 and time.time() - t0 < 10
+
+
+def test_resume_skips_a_line_recorded_on_this_host_through_any_plan(tmp_path):
+    """A run line is done when the store holds an ok record of its tag and configuration made on
+    this host, whichever plan made it: a group's repeated line needs one record each, a profiled
+    line a profiled record, a line run alone a record not packed; records of another host, and fit
+    lines, do not count."""
+    from megalab.records.store import Store
+    from megalab.runs.flags import config_to_args
+    from run_records import CFG, record
+
+    store = Store(tmp_path / "results")
+    words = " ".join(config_to_args(CFG))
+    plan = tmp_path / "plan.txt"
+    plan.write_text(
+        f"group.ch01.x! {words}\n"  # 1: recorded
+        f"group.ch01.x! {words}\n"  # 2: a second round, one record only
+        f"group.ch01.x! {words} --profile\n"  # 3: no profiled record
+        f"other! {words}\n"  # 4: another tag
+        f"side! peer {words}\n"  # 5: the peer's record
+        f"packed! {words}\n"  # 6: only a packed record
+        f"ch01 fit --vary mbs {words}\n"  # 7: fit lines are the progress file's
+    )
+    env = {"gpu_name": "NVIDIA H200", "hostname": "here"}
+    peer = CFG.replace(runner="megatron-lm", init="megatron")
+    for cfg, tags, host in (
+        (CFG, ["group.ch01.x"], "here"),
+        (CFG, ["group.ch01.x"], "elsewhere"),
+        (CFG, ["other", "profile"], "here"),
+        (peer, ["side", "peer"], "here"),
+        (CFG, ["packed"], "here"),
+        (CFG, ["ch01"], "here"),
+    ):
+        store.append(record(cfg, tags=tags, env={**env, "hostname": host}))
+    done = pack.recorded_lines(str(plan), store=store, host="here")
+    assert sorted(done) == [1, 5]
+    assert done[1] == f"group.ch01.x! {words}"
+    assert sorted(pack.recorded_lines(str(plan), store=store, host="elsewhere")) == [1]

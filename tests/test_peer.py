@@ -383,3 +383,25 @@ def test_the_peers_launch_to_first_step_comes_from_its_own_clock():
         "startup_s": 29.92,
     }
     assert peer.parse_log(text, cfg).summary is None
+
+
+def test_the_knobs_of_a_fair_pair_become_megatron_lm_flags_both_ways():
+    """grad_accum_fusion: auto (each runner's own) and off give --no-gradient-accumulation-fusion,
+    on drops it (Megatron-LM then needs Apex); the aux coefficient and the fp32 router are passed as
+    set, the same values the trainer's TransformerConfig gets."""
+    dense = peer.peer_config(GPT12)
+    assert "--no-gradient-accumulation-fusion" in peer.args(dense)
+    assert "--no-gradient-accumulation-fusion" in peer.args(dense.replace(grad_accum_fusion="off"))
+    assert "--no-gradient-accumulation-fusion" not in peer.args(
+        dense.replace(grad_accum_fusion="on")
+    )
+    moe = peer.peer_config(presets.get("olmoe-1b-7b").replace(gpus=1, mbs=1, gbs=8))
+    plain = peer.args(moe)
+    assert plain[plain.index("--moe-aux-loss-coeff") + 1] == "0.01"
+    assert "--moe-router-dtype" not in plain
+    tuned = peer.args(moe.replace(moe_aux_coeff=0.1, moe_router_fp32=True))
+    assert tuned[tuned.index("--moe-aux-loss-coeff") + 1] == "0.1"
+    assert tuned[tuned.index("--moe-router-dtype") + 1] == "fp32"
+    long = peer.args(moe.replace(iters=400, lr_warmup=100))
+    assert long[long.index("--lr-warmup-iters") + 1] == "100"
+    assert plain[plain.index("--lr-warmup-iters") + 1] == str(min(10, moe.iters // 10))

@@ -81,3 +81,27 @@ def test_the_layout_is_one_mapping_shared_by_the_process_groups_and_the_model_co
         and parallel["virtual_pipeline_model_parallel_size"] == 2
     )
     assert {k: getattr(config, k) for k in parallel} == parallel
+
+
+def test_aux_coefficient_router_dtype_and_wgrad_fusion_reach_the_transformer_config():
+    """moe_aux_coeff, moe_router_fp32 and grad_accum_fusion are honoured by the trainer's config,
+    as jobs.peer passes them to Megatron-LM: off unfuses the wgrad accumulation, auto keeps TE's.
+    (Local layers for the MoE model: TE's rope fusion is not installed on CPU.)"""
+    from megalab.runs import presets
+    from megalab.train.wiring import megatron_configs
+
+    moe = presets.get("olmoe-like").replace(gpus=1, mbs=1, gbs=1, impl="local")
+    _, c, _, _ = megatron_configs(moe, dry_run=True)
+    assert (c.moe_aux_loss_coeff, c.moe_router_dtype) == (0.01, None)
+    _, c, _, _ = megatron_configs(moe.replace(moe_aux_coeff=0.1, moe_router_fp32=True), True)
+    assert (c.moe_aux_loss_coeff, c.moe_router_dtype) == (0.1, "fp32")
+    _, c, _, _ = megatron_configs(moe.replace(moe_balance="none"), dry_run=True)
+    assert c.moe_aux_loss_coeff == 0.0
+    dense = presets.get("gpt-350m")
+    fused = {
+        f: megatron_configs(dense.replace(grad_accum_fusion=f), True)[
+            1
+        ].gradient_accumulation_fusion
+        for f in ("auto", "on", "off")
+    }
+    assert fused == {"auto": True, "on": True, "off": False}

@@ -58,6 +58,8 @@ HASH = re.compile(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b")
 URL = re.compile(r"\b(?:https?://|www\.)\S+")
 RUN_KEY = re.compile(r"\S*_tp\d+_pp\d+_cp\d+\S*")
 NAN = re.compile(r"\b(NaN|nan)\b")
+# a number printed with all its float digits (36.279775857925415): a label without a format
+RAW_FLOAT = re.compile(r"\d\.\d{6,}")
 WIDTHS = (1000, 1400)  # viewport widths at which no figure title may be clipped
 # the main text of a page (code inputs, the In Megatron-LM box's commands, scripts and MathJax left
 # out), its text nodes joined by spaces so that neighbouring tick labels never run together; and
@@ -78,8 +80,10 @@ READER_JS = """() => {
       const s = svg.getBoundingClientRect(), t = title.getBoundingClientRect();
       clipped = t.width > 0 && (t.left < s.left - 1 || t.right > s.right + 1);
     }
+    const marks = [...gd.querySelectorAll('.textpoint text, .bartext')].map(e => e.textContent);
     return {title: text(lay.title) || '', legend: (gd.data || []).map(t => t.name || '')
-              .concat([text((lay.legend || {}).title) || '']), axes: axes.map(a => a || ''), clipped: clipped};
+              .concat([text((lay.legend || {}).title) || '']), axes: axes.map(a => a || ''), clipped: clipped,
+            marks: marks};
   });
   return {text: parts.join(' '), figures: figures};
 }"""
@@ -169,6 +173,10 @@ def figure_problems(
                 )
             elif not evidence:
                 out += [f"figure {n}: {p}" for p in text_problems(label)]
+        if not evidence:
+            raw = next((t for t in fig.get("marks", []) if RAW_FLOAT.search(t)), None)
+            if raw:
+                out.append(f"figure {n}: an unrounded number on a mark: {raw!r} (give it a format)")
         if fig.get("clipped") and not evidence:
             out.append(
                 f"figure {n}: its title {fig.get('title', '')!r} is wider than the figure"

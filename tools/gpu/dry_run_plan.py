@@ -8,10 +8,11 @@ at its layout) is built by `megalab run --dry-run`: gloo on CPU, Megatron Core b
 shards and counts their parameters, which must equal theory's count per rank
 (theory.params_per_rank). Megatron cannot build Transformer Engine layers without TE: where this
 machine has none, a job asking for TE is built with Megatron's local spec when its layout runs
-without TE (same parameters, same shards), and only validated where it cannot (sequence parallelism,
-context parallelism, FP8, CUDA graphs). Experts build either way (the local spec's SequentialMLP
-holds the same weights as TE's grouped GEMM). Prints one line per job and a count; exits 1 if any
-job failed.
+without TE (same parameters, same shards; CUDA graphs set aside: a capture replays the same shards),
+and only validated where it cannot (sequence parallelism, context parallelism, FP8). Experts build
+either way (the local spec's SequentialMLP holds the same weights as TE's grouped GEMM). A peer job
+(runner megatron-lm) is built as its trainer twin, after its pretrain_gpt.py flags are mapped (no
+Megatron-LM checkout needed). Prints one line per job and a count; exits 1 if any job failed.
 """
 
 from __future__ import annotations
@@ -67,11 +68,16 @@ def check(cfg, timeout: int) -> tuple[str, str]:
         cfg.validate()
     except InvalidLayout as e:
         return "FAILED", f"invalid: {str(e).splitlines()[0]}"
+    if cfg.runner == "megatron-lm":  # the peer builds what its trainer twin builds (jobs.peer)
+        from megalab.jobs import peer
+
+        peer.args(cfg)  # its pretrain_gpt.py flags map
+        cfg = peer.trainer_config(cfg)
     if cfg.impl == "te" and importlib.util.find_spec("transformer_engine") is None:
-        why = needs_te(cfg)
+        why = needs_te(cfg.replace(cuda_graphs="none"))  # a capture replays the same shards
         if why:
             return "validated", f"needs TE to build ({why}); validate() passes"
-        cfg = cfg.replace(impl="local")
+        cfg = cfg.replace(impl="local", cuda_graphs="none")
     cmd = [sys.executable, "-m", "megalab", "run", *config_to_args(cfg), "--dry-run", "--json"]
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)

@@ -17,7 +17,9 @@ in an earlier call; a line that failed (an OOM too: it is cheap to record again,
 of a broken install must not count as done), was cut off by --hard-end or never started runs again,
 once: a line that failed TRIES times on this host is skipped (session 15 re-ran a failing line and
 four OOMs). A line counts as the same only with the same number and text: a plan edited between
-calls runs its changed lines.
+calls runs its changed lines. --resume also skips a run line whose run the results store already
+holds, recorded on this host through any plan (`recorded_lines`: same tag and configuration, as
+many lines as there are such records).
 """
 
 from __future__ import annotations
@@ -101,6 +103,65 @@ def read_given_up(plan: str) -> dict[int, str]:
     return {n: now[n] for n, c in counts.items() if c >= TRIES}
 
 
+def _sub(flags: list[str]) -> tuple[str, list[str]]:
+    """(subcommand, its flags) of a job: `run` unless the line names another (fit, parity, peer)."""
+    return ("run", flags) if flags[0].startswith("--") else (flags[0], flags[1:])
+
+
+def recorded_lines(plan: str, store=None, host: str | None = None) -> dict[int, str]:
+    """{line number: line text} of the plan's run and peer lines whose run the store (default: the
+    checkout's results/) already holds: an ok record made on `host` (default: this one) with the
+    line's tag and configuration, profiled where the line profiles, not packed where the line runs
+    alone, whichever plan recorded it. A line that appears n times (a group's rounds) is matched by
+    up to n records, first lines first. On this host only: a comparison group compares runs of one
+    host, and a warm-up warms its own. fit and parity lines (several runs each) are left to the
+    progress file."""
+    import socket
+    from collections import Counter
+
+    from megalab.records.store import as_store
+
+    host = host or socket.gethostname()
+    have, alone = Counter(), Counter()
+    for r in as_store(store).load("run", status="ok"):
+        if (r.get("env") or {}).get("hostname") != host:
+            continue
+        tags = set(r.get("tags") or ())
+        for t in tags:
+            have[(t, r.get("key"), "profile" in tags)] += 1
+            alone[(t, r.get("key"), "profile" in tags)] += "packed" not in tags
+    text = dict(_lines(plan))
+    out = {}
+    for number, tag, cfg, profile in run_lines(plan):
+        k = (tag.rstrip("!"), cfg.key, profile)
+        counts = alone if tag.endswith("!") else have
+        if counts[k] > 0:
+            have[k] -= 1
+            alone[k] -= 1
+            out[number] = text[number]
+    return out
+
+
+def run_lines(plan: str):
+    """(line number, tag, RunConfig, profiled) of each `run` and `peer` line of the plan; a peer
+    line's config is the same run made by Megatron-LM (jobs.peer)."""
+    import argparse
+
+    from megalab.runs.flags import add_config_args, config_from_args
+
+    parser = add_config_args(argparse.ArgumentParser(allow_abbrev=False))
+    parser.add_argument("--profile", action="store_true")
+    for number, tag, _, flags in _jobs(plan):
+        if tag == "wait" or _sub(flags)[0] not in ("run", "peer"):
+            continue
+        sub, words = _sub(flags)
+        ns, _ = parser.parse_known_args(words)
+        cfg = config_from_args(ns)
+        if sub == "peer":
+            cfg = cfg.replace(runner="megatron-lm", init="megatron")
+        yield number, tag, cfg, ns.profile
+
+
 def cut_off(elapsed_s: float, timeout_s: float, full_timeout_s: float) -> bool:
     """Whether --hard-end cut a job off: its timeout was shorter than the plan's own, and nearly
     used up."""
@@ -169,6 +230,13 @@ def main(argv=None) -> int:
             smi = ""
         args.gpus = len(smi.splitlines()) or 4
     done = read_done(args.plan) if args.resume else {}
+    recorded = recorded_lines(args.plan) if args.resume else {}
+    if recorded:
+        print(
+            f"resume: {len(recorded)} line(s) of {args.plan} recorded on this host (any plan)",
+            flush=True,
+        )
+    done = {**recorded, **done}
     given_up = read_given_up(args.plan) if args.resume else {}
     for number, line in given_up.items():
         print(f"SKIP line {number}: failed {TRIES} times on this host: {line}", flush=True)
@@ -214,7 +282,7 @@ def main(argv=None) -> int:
                 if args.hard_end:
                     timeout = max(30, min(timeout, args.hard_end - (time.time() - start)))
                 # e.g. "fit --vary mbs ..."
-                sub = ["run"] if flags[0].startswith("--") else [flags.pop(0)]
+                sub, flags = [_sub(flags)[0]], _sub(flags)[1]
                 # a timing repeats; fit/parity reuse
                 mode = "live" if sub in (["run"], ["peer"]) else "auto"
                 cmd = [

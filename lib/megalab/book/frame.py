@@ -88,6 +88,9 @@ def describe(cfg, model: bool = False, batch: bool = False) -> str:
         (cfg.impl == "local", "local layers"),
         (not cfg.compile, "no compile"),
         (cfg.experts > 0 and cfg.moe_dispatcher != "alltoall", f"{cfg.moe_dispatcher} dispatcher"),
+        (cfg.experts > 0 and cfg.moe_aux_coeff != 1e-2, f"auxiliary loss {cfg.moe_aux_coeff:g}"),
+        (cfg.moe_router_fp32, "fp32 router"),
+        (cfg.grad_accum_fusion != "auto", f"gradient-accumulation fusion {cfg.grad_accum_fusion}"),
     ]
     text += "".join(f", {w}" for on, w in extras if on)
     if batch:
@@ -161,6 +164,10 @@ FLAGS = {
     "--cuda-graph-scope": (
         "TransformerConfig.cuda_graph_scope",
         "the parts of a layer that are captured",
+    ),
+    "--moe-router-dtype": (
+        "TransformerConfig.moe_router_dtype",
+        "routes in fp32: logits, softmax and auxiliary loss",
     ),
     "--moe-token-dispatcher-type": (
         "TransformerConfig.moe_token_dispatcher_type",
@@ -238,6 +245,7 @@ GROUPS = {
         "--moe-aux-loss-coeff",
         "--moe-router-force-load-balancing",
         "--moe-router-pre-softmax",
+        "--moe-router-dtype",
     ),
     "sequence": ("--seq-length", "--max-position-embeddings"),
     "layout": tuple(

@@ -3,14 +3,25 @@
 `megalab experiments ch01 --missing` lists what results/ does not answer yet, as tools/gpu/pack.py
 lines (`<tag> <megalab args>`), in an order that keeps the host busy and times baselines alone. A
 chapter's comparison groups (specs.Group) come first, each as one block: a warm-up run, its
-configurations alternated (A B C A B C), its profiled run, every line alone on the host.
+configurations alternated (A B C A B C), its profiled run, every line alone on the host; then its
+lessons (specs.Lesson), each run once, alone.
 """
 
 from __future__ import annotations
 
 from megalab.book import chapters
 from megalab.runs.config import RunConfig
-from megalab.book.specs import Fit, Group, Parity, Profiled, groups, items, line_for
+from megalab.book.specs import (
+    Fit,
+    Group,
+    Lesson,
+    Parity,
+    Profiled,
+    groups,
+    items,
+    lessons,
+    line_for,
+)
 
 __all__ = ["is_recorded", "plan"]
 
@@ -28,6 +39,8 @@ def is_recorded(item, store=None) -> bool:
 
     if isinstance(item, Group):
         return _group_recorded(item, store)
+    if isinstance(item, Lesson):
+        return _lesson_recorded(item, store)
     try:
         if isinstance(item, RunConfig):
             found = run(item, mode="cached", store=store, quiet=True)
@@ -53,6 +66,17 @@ def _group_recorded(group: Group, store) -> bool:
         return False
     counts = [sum(loose_key(c) == loose_key(cfg) for c, _ in timed) for cfg in group.configs]
     return profiled is not None and min(counts) >= group.rounds
+
+
+def _lesson_recorded(lesson: Lesson, store) -> bool:
+    """Every configuration of the lesson has a settled record tagged with its name."""
+    from megalab.records.store import as_store
+
+    gpu = _gpu_of(lesson) or "H200"
+    tagged = {
+        c.key for c, r in as_store(store).runs_on(gpu, "ok") if lesson.tag in (r.get("tags") or ())
+    }
+    return all(c.key in tagged for c in lesson.configs)
 
 
 # their 1-GPU points are scaling baselines: timed alone
@@ -116,9 +140,10 @@ def _jobs(
             jobs.append((7, line))
         else:
             jobs.append((1, line))
-    for group in groups(found):  # first, each a block: the warm-up run sets a fresh host going
-        if (_gpu_of(group) or "H200") == gpu and not (missing_only and is_recorded(group, store)):
-            jobs += [(-1, line) for line in group.plan_lines()]
+    # first, each a block: a group's warm-up run sets a fresh host going; then the lessons
+    for block in [*groups(found), *lessons(found)]:
+        if (_gpu_of(block) or "H200") == gpu and not (missing_only and is_recorded(block, store)):
+            jobs += [(-1, line) for line in block.plan_lines()]
     jobs.sort(key=lambda j: j[0])
     if any(o == 7 for o, _ in jobs):
         jobs.insert(next(i for i, (o, _) in enumerate(jobs) if o == 7), (6, "wait"))
@@ -139,7 +164,7 @@ def plan(
     runs queued for the chapter's next version instead of the ones it reads now. `host_gpus`: the
     GPUs of the host that runs the plan, when it has more than `gpus` (timed runs then run
     alone)."""
-    chapter = chapters.resolve(chapter)
+    chapter = chapters.key_of(chapter)
     return [line for _, line in _jobs(chapter, gpus, gpu, missing_only, store, pending, host_gpus)]
 
 

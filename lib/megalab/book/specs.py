@@ -19,6 +19,8 @@ from megalab.runs.flags import config_to_args
 __all__ = [
     "items",
     "groups",
+    "lessons",
+    "largest_mbs_within",
     "ITERS",
     "PARITY_ITERS",
     "GROUP_ITERS",
@@ -30,6 +32,7 @@ __all__ = [
     "Profiled",
     "Group",
     "keys_of",
+    "Lesson",
 ]
 
 # steps per measured run: 3 warm-up steps dropped (metrics.WARMUP_STEPS), median of the rest
@@ -77,6 +80,21 @@ def predicted_largest(
             break
         best = v
     return best
+
+
+def largest_mbs_within(cfg: RunConfig, budget_gib: float, gpu: str = "H200") -> int:
+    """The largest micro-batch that divides cfg's sequences per DP rank (gbs / dp) and whose memory
+    theory predicts (theory.memory) within `budget_gib`: what the memory a layout frees buys it. At
+    least 1."""
+    from megalab.theory import memory
+
+    per_rank = cfg.gbs // cfg.dp
+    fits = [
+        m
+        for m in range(1, per_rank + 1)
+        if per_rank % m == 0 and memory(cfg.replace(mbs=m), gpu)["total"] <= budget_gib
+    ]
+    return max(fits, default=1)
 
 
 @dataclass(frozen=True)
@@ -206,6 +224,31 @@ class Group:
         ]
 
 
+@dataclass(frozen=True)
+class Lesson:
+    """Runs a lesson reads together for what they train, not for their step times (routing over
+    hundreds of steps): each configuration once, alone on the host, tagged with the lesson's `name`
+    ("ch06.routing"). `gpu` as for a Fit."""
+
+    name: str
+    configs: tuple[RunConfig, ...]
+    gpu: str | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "configs", tuple(self.configs))
+        keys = [c.key for c in self.configs]
+        if not keys or len(set(keys)) < len(keys):
+            raise ValueError(f"lesson {self.name}: give it distinct configurations")
+
+    @property
+    def tag(self) -> str:
+        return self.name
+
+    def plan_lines(self) -> list[str]:
+        """pack.py lines: each configuration once, alone on the host (`!`)."""
+        return [line_for(f"{self.tag}!", "run", c) for c in self.configs]
+
+
 def line_for(tag: str, sub: str, cfg: RunConfig, *extra) -> str:
     words = ([] if sub == "run" else [sub]) + config_to_args(cfg) + [str(x) for x in extra]
     return f"{tag} {shlex.join(words)}"
@@ -213,9 +256,9 @@ def line_for(tag: str, sub: str, cfg: RunConfig, *extra) -> str:
 
 def items(value):
     """Every run or question in a chapter's dict (nested lists and dicts walked in order),
-    comparison groups aside (`groups`: their runs are planned and read apart, alternated on one
+    comparison groups and lessons aside (`groups`: their runs are planned and read apart, on one
     host)."""
-    if isinstance(value, Group):
+    if isinstance(value, (Group, Lesson)):
         return
     if isinstance(value, dict):
         for v in value.values():
@@ -229,13 +272,22 @@ def items(value):
 
 def groups(value):
     """Every comparison group (Group) in a chapter's dict, in order."""
+    yield from _of(Group, value)
+
+
+def lessons(value):
+    """Every lesson (Lesson) in a chapter's dict, in order."""
+    yield from _of(Lesson, value)
+
+
+def _of(kind, value):
     if isinstance(value, dict):
         value = list(value.values())
-    if isinstance(value, Group):
+    if isinstance(value, kind):
         yield value
     elif isinstance(value, (list, tuple)):
         for v in value:
-            yield from groups(v)
+            yield from _of(kind, v)
 
 
 def keys_of(item) -> list[str]:

@@ -55,7 +55,7 @@ def grouped_bars(
     width = max(8, AXIS_CHARACTERS // max(1, len(labels)))
     wrapped = {v: _wrap_label(v, width) for v in labels}
     percent, whole = _is_percent(y, y_title), _integers(df[y].tolist())
-    fmt = text_format if text_format != ".3g" else ".0%" if percent else ",d" if whole else "~.3g"
+    fmt = text_format if text_format != ".3g" else ".0%" if percent else ",d" if whole else ".3~g"
     fig = _figure(
         title or f"{y} by {x}",
         barmode="group",

@@ -8,6 +8,10 @@ torchrun with `args(cfg)`, this module reads its log back into the step lines me
 prints (`parse_log`), and the store keeps the record beside the trainer's, tagged "peer". The
 comparison is fair by construction: the same model, layout, batch, optimizer and schedule, the
 same fusions where Megatron-LM has a flag for them, speed counted with megalab's own FLOP formula.
+One fusion differs unless the config says otherwise: at grad_accum_fusion auto the trainer
+accumulates weight gradients inside TE's GEMMs and the peer runs --no-gradient-accumulation-fusion
+(its output layer needs Apex for the fusion); grad_accum_fusion off (or on, where Apex is installed)
+makes both sides the same, as the performance page's pair perf.peer does.
 
 Megatron-LM is found at --megatron-lm PATH, else $MEGATRON_LM, else .peer/Megatron-LM in the
 checkout (git clone --depth 1 --branch core_v0.16.1 https://github.com/NVIDIA/Megatron-LM
@@ -32,7 +36,6 @@ CLONE = (
     f"git clone --depth 1 --branch {RELEASE} https://github.com/NVIDIA/Megatron-LM "
     f".peer/Megatron-LM"
 )
-MOE_AUX_LOSS_COEFF = 1e-2  # as megalab.train.wiring
 
 
 class PeerNotFound(FileNotFoundError):
@@ -82,7 +85,7 @@ def args(cfg) -> list[str]:
     * tp, which is chosen so that nothing is padded and both trainers build the same embedding.
     """
     te, moe, bias = cfg.impl == "te", cfg.experts > 0, theory.has_bias(cfg)
-    warmup = min(10, cfg.iters // 10)
+    warmup = cfg.lr_warmup_steps
     out = [
         # model
         "--num-layers",
@@ -121,8 +124,9 @@ def args(cfg) -> list[str]:
         "--bf16",
         "--transformer-impl",
         "transformer_engine" if te else "local",
-        # Megatron's linears need Apex (wiring.with_wgrad_fusion)
-        "--no-gradient-accumulation-fusion",
+        # Megatron's own linears (the output layer) fuse only with Apex (wiring.with_wgrad_fusion):
+        # auto and off run unfused, on needs Apex where pretrain_gpt.py runs
+        *(["--no-gradient-accumulation-fusion"] if cfg.grad_accum_fusion != "on" else []),
         # optimizer and schedule (megalab.train.wiring.build_training)
         "--optimizer",
         "adam",
@@ -192,7 +196,8 @@ def args(cfg) -> list[str]:
             "--moe-router-load-balancing-type",
             "none" if cfg.moe_balance == "none" else "aux_loss",
         ]
-        out += ["--moe-aux-loss-coeff", MOE_AUX_LOSS_COEFF] if cfg.moe_balance != "none" else []
+        out += ["--moe-aux-loss-coeff", cfg.moe_aux_coeff] if cfg.moe_balance != "none" else []
+        out += ["--moe-router-dtype", "fp32"] if cfg.moe_router_fp32 else []
         out += ["--moe-router-force-load-balancing"] if cfg.moe_balance == "force" else []
         out += ["--moe-grouped-gemm", "--moe-permute-fusion", "--moe-router-fusion"] if te else []
         out += ["--moe-router-pre-softmax"] if cfg.topk == 1 else []

@@ -63,6 +63,16 @@ class RunConfig:
         "Megatron's benchmark setting: the loss does not train the router), or none",
         ("aux_loss", "force", "none"),
     )
+    moe_aux_coeff: float = _f(
+        1e-2,
+        "weight of the MoE auxiliary load-balancing loss (Megatron's moe_aux_loss_coeff; unused "
+        "with moe_balance none)",
+    )
+    moe_router_fp32: bool = _f(
+        False,
+        "route in fp32: the router's logits, softmax and auxiliary loss (Megatron's "
+        "moe_router_dtype='fp32'); off = in the model's bf16",
+    )
     dropout: float = _f(0.0, "hidden and attention dropout probability")
     # -- layout -----------------------------------------------------------------------------------
     gpus: int = _f(1, "world size = tp*pp*cp*dp")
@@ -85,6 +95,15 @@ class RunConfig:
         "recompute_modules): core_attn, mlp, layernorm, moe_act, moe",
     )
     overlap: bool = _f(False, "overlap grad reduce (and, with dist_opt, param gather) with compute")
+    grad_accum_fusion: str = _f(
+        "auto",
+        "accumulate weight gradients straight into the fp32 main_grad inside the wgrad GEMM "
+        "(Megatron's gradient_accumulation_fusion): auto = each runner's own (megalab's trainer "
+        "fuses through Transformer Engine; Megatron-LM's pretrain_gpt.py runs "
+        "--no-gradient-accumulation-fusion, its output layer needs Apex for it); on or off = the "
+        "same on both runners, a fair peer pair",
+        ("auto", "on", "off"),
+    )
     # -- batch ------------------------------------------------------------------------------------
     mbs: int = _f(1, "micro-batch size (sequences per forward pass per dp rank)")
     gbs: int = _f(1, "global batch size (sequences per optimizer step)")
@@ -116,6 +135,9 @@ class RunConfig:
     )
     seed: int = _f(1234, "random seed")
     lr: float = _f(3e-4, "peak learning rate")
+    lr_warmup: int | None = _f(
+        None, "steps of linear learning-rate warm-up from 0; None = min(10, iters // 10)"
+    )
     data: str | None = _f(None, "Megatron indexed dataset prefix; None = synthetic tokens")
     init: str = _f(
         "layout_invariant",
@@ -150,6 +172,12 @@ class RunConfig:
     def recompute_module_names(self) -> tuple[str, ...]:
         """The modules selective recomputation re-runs: recompute_modules, split at its commas."""
         return tuple(m for m in self.recompute_modules.split(",") if m)
+
+    @property
+    def lr_warmup_steps(self) -> int:
+        """Effective learning-rate warm-up (default min(10, iters // 10)), the same for both
+        runners."""
+        return min(10, self.iters // 10) if self.lr_warmup is None else self.lr_warmup
 
     @property
     def groups(self) -> int:
@@ -194,6 +222,10 @@ class RunConfig:
             (self.impl != "te", f"_{self.impl}"),
             (self.moe_dispatcher != "alltoall", f"_{self.moe_dispatcher}"),
             (self.moe_balance != "aux_loss", f"_balance-{self.moe_balance}"),
+            (self.moe_aux_coeff != 1e-2, f"_aux{self.moe_aux_coeff:g}"),
+            (self.moe_router_fp32, "_router-fp32"),
+            (self.grad_accum_fusion != "auto", f"_wgradfusion-{self.grad_accum_fusion}"),
+            (self.lr_warmup is not None, f"_warmup{self.lr_warmup}"),
             (self.init != "layout_invariant" and self.runner == "megalab", f"_init-{self.init}"),
             (self.dropout > 0, f"_drop{self.dropout:g}"),
             (not self.compile, "_nocompile"),
@@ -287,6 +319,10 @@ _ADDED_AFTER_RECORDS = (
     "recompute_modules",
     "moe_balance",
     "stop_when_tight",
+    "moe_aux_coeff",
+    "moe_router_fp32",
+    "grad_accum_fusion",
+    "lr_warmup",
 )
 # their defaults: what a record made before the field existed ran with (records.to_frame fills them
 # in)

@@ -36,6 +36,11 @@ _TYPES = {
 }
 
 
+# fields added after plans were printed: their flag only when set, so an older plan's line reads as
+# it was printed (pack.py --resume compares lines by their text)
+_ONLY_WHEN_SET = ("moe_aux_coeff", "grad_accum_fusion")
+
+
 def _flag(name: str) -> str:
     return _FLAGS.get(name, "--" + name.replace("_", "-"))
 
@@ -113,6 +118,8 @@ def config_to_args(cfg: RunConfig) -> list[str]:
     args: list[str] = []
     for f in _FIELDS:
         v = getattr(cfg, f.name)
+        if f.name in _ONLY_WHEN_SET and v == f.default:
+            continue
         if f.name in _OFF_FLAGS:
             args += [] if v else [_flag(f.name)]
         elif f.type == "bool":

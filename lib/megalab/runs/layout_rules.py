@@ -273,6 +273,15 @@ def problems(cfg, gpus_available=None, te_available=None, gpu_name=None) -> list
         )
     if c.moe_balance != "aux_loss" and not c.experts:
         add(f"moe_balance={c.moe_balance} needs a MoE model: set experts > 0 or drop --moe-balance")
+    if c.lr_warmup is not None and not 0 <= c.lr_warmup < c.iters:
+        add(f"lr_warmup={c.lr_warmup}: warm up for 0 to iters - 1 ({c.iters - 1}) steps")
+    if (c.moe_aux_coeff != 1e-2 or c.moe_router_fp32) and not c.experts:
+        add("--moe-aux-coeff and --moe-router-fp32 need a MoE model: set experts > 0 or drop them")
+    if c.moe_aux_coeff <= 0 or (c.moe_aux_coeff != 1e-2 and c.moe_balance == "none"):
+        add(
+            f"moe_aux_coeff={c.moe_aux_coeff:g}: give a positive weight, with moe_balance aux_loss "
+            "or force (for no auxiliary loss pass --moe-balance none)"
+        )
     # CUDA graphs: Megatron-LM turns on TE's RNG tracker for them (arguments.py), so the layers must
     # be TE's; MC transformer_config.__post_init__: full recompute only inside a whole-iteration
     # graph; MC moe_layer: an MoE layer routes a data-dependent number of tokens, so only TE's

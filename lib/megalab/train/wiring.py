@@ -18,7 +18,6 @@ from megalab import theory
 from megalab.runs.axes import AXES
 from megalab.runs.config import hierarchical_cp
 
-MOE_AUX_LOSS_COEFF = 1e-2
 # eager steps before TE's capture: inside the steps a record drops (drop_first_3)
 GRAPH_WARMUP_STEPS = 1
 
@@ -99,8 +98,9 @@ def megatron_configs(cfg, dry_run: bool = False):
         persist_layer_norm=te,
         # wgrad GEMMs accumulate straight into the fp32 main_grad: TE's linears do it themselves,
         # Megatron's own linears (the output layer, the local spec) need Apex's kernel (see
-        # with_wgrad_fusion)
-        gradient_accumulation_fusion=te or have("fused_weight_gradient_mlp_cuda"),
+        # with_wgrad_fusion); grad_accum_fusion off matches Megatron-LM without Apex
+        gradient_accumulation_fusion=cfg.grad_accum_fusion != "off"
+        and (te or have("fused_weight_gradient_mlp_cuda")),
         cross_entropy_loss_fusion=te,
         cross_entropy_fusion_impl="te" if te else "native",
         transformer_impl="transformer_engine" if te else "local",
@@ -108,7 +108,8 @@ def megatron_configs(cfg, dry_run: bool = False):
         num_moe_experts=cfg.experts or None,
         moe_router_topk=cfg.topk,
         moe_ffn_hidden_size=cfg.moe_ffn_size if moe else None,
-        moe_aux_loss_coeff=MOE_AUX_LOSS_COEFF if moe and cfg.moe_balance != "none" else 0.0,
+        moe_aux_loss_coeff=cfg.moe_aux_coeff if moe and cfg.moe_balance != "none" else 0.0,
+        moe_router_dtype="fp32" if cfg.moe_router_fp32 else None,
         moe_router_load_balancing_type="none" if cfg.moe_balance == "none" else "aux_loss",
         moe_router_force_load_balancing=cfg.moe_balance == "force",
         moe_grouped_gemm=te and moe,
@@ -224,7 +225,7 @@ def build_training(cfg, chunks, config, ddp_config, optim_config):
         optim_config, model, config_overrides=get_standard_config_overrides(optim_config)
     )
     # linear warm-up from 0, then cosine to lr/10 at the last step
-    warmup = min(10, cfg.iters // 10)
+    warmup = cfg.lr_warmup_steps
     scheduler = OptimizerParamScheduler(
         optimizer,
         init_lr=0.0,

@@ -23,12 +23,15 @@ from megalab.book.chapters import (
     ch05_pipeline_parallel,
     ch06_expert_parallel,
     ch07_choosing_a_layout,
+    performance_runs,
 )
 
 __all__ = [
     "CHAPTERS",
+    "PAGES",
     "UnknownChapter",
     "resolve",
+    "key_of",
     "runs",
     "pending",
     "defining",
@@ -50,6 +53,8 @@ CHAPTERS: dict[str, ModuleType] = {
     "ch06": ch06_expert_parallel,
     "ch07": ch07_choosing_a_layout,
 }
+# pages that are not chapters but record runs the same way (`megalab experiments performance`)
+PAGES: dict[str, ModuleType] = {"performance": performance_runs}
 
 data_parallel = ch01_data_parallel.runs
 tensor_parallel = ch02_tensor_parallel.runs
@@ -85,14 +90,23 @@ def resolve(name: str) -> str:
 
 def runs(name: str, gpus: int = 4, **kw) -> dict:
     """A chapter's runs by name, scaled to `gpus`."""
-    return CHAPTERS[resolve(name)].runs(gpus, **kw)
+    return _module(name).runs(gpus, **kw)
 
 
 def pending(name: str, gpus: int = 4) -> dict:
     """Runs queued for a chapter's next version (recorded by `megalab experiments chNN --pending`,
     then moved into its `runs` once their records are committed); {} when nothing is queued."""
-    module = CHAPTERS[resolve(name)]
+    module = _module(name)
     return module.pending(gpus) if hasattr(module, "pending") else {}
+
+
+def key_of(name: str) -> str:
+    """resolve's key for a chapter; a page of PAGES ('performance') by its own name."""
+    return name if name in PAGES else resolve(name)
+
+
+def _module(name: str) -> ModuleType:
+    return PAGES[name] if name in PAGES else CHAPTERS[resolve(name)]
 
 
 def defining(name: str, gpus: int = 4, **kw) -> list:
@@ -100,5 +114,5 @@ def defining(name: str, gpus: int = 4, **kw) -> list:
     re-measures beside the reference with `megalab reproduce chNN --mode live --quick`, with the
     chapter's own CUDA-graph and comparison-group settings, since they are its own RunConfigs); []
     when the chapter marks none (a quick reproduction then launches only what nothing records)."""
-    module = CHAPTERS[resolve(name)]
+    module = _module(name)
     return list(module.defining(gpus, **kw)) if hasattr(module, "defining") else []

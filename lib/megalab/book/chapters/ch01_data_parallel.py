@@ -15,6 +15,8 @@ def runs(gpus: int = 4, iters: int = ITERS, gpu: str = "H200") -> dict:
     top = ds[-1]
     # 16 sequences per GPU per step
     weak = [base.replace(gpus=d, mbs=4, gbs=16 * d) for d in ds]
+    # one micro-batch per GPU at top
+    strong = [base.replace(gpus=d, mbs=4, gbs=4 * top) for d in ds]
     return {
         "one_gpu": base.replace(mbs=1, gbs=1),
         "fit_mbs": Fit(base.replace(mbs=1, gbs=1), "mbs", gpu),
@@ -25,8 +27,7 @@ def runs(gpus: int = 4, iters: int = ITERS, gpu: str = "H200") -> dict:
         # scaling where the GPU, not the host's kernel launches, sets the pace (mbs 4 is
         # launch-bound)
         "weak_mbs16": [base.replace(gpus=d, mbs=16, gbs=64 * d) for d in ds],
-        # one micro-batch per GPU at top
-        "strong": [base.replace(gpus=d, mbs=4, gbs=4 * top) for d in ds],
+        "strong": strong,
         "overlap": [c.replace(overlap=True) for c in weak if c.dp > 1],
         "dist_opt": [c.replace(dist_opt=True) for c in weak if c.dp > 1],
         "reduce_mbs16": [
@@ -46,16 +47,25 @@ def runs(gpus: int = 4, iters: int = ITERS, gpu: str = "H200") -> dict:
         "parity": Parity(
             base.replace(gpus=top, mbs=4, gbs=4 * top, dist_opt=True, iters=PARITY_ITERS)
         ),
-        # weak scaling timed on one host, alternated, with CUDA graphs (GPU-bound at mbs 4); the
-        # widest profiled
-        "groups": {
-            "dp_weak": Group(
-                "ch01.dp-weak",
-                [c.replace(iters=GROUP_ITERS, cuda_graphs="te") for c in weak],
-                profiled=len(weak) - 1,
-            )
-        },
+        # weak and strong scaling and the gradient-reduce overlap, each timed on one host,
+        # alternated, with CUDA graphs (GPU-bound at mbs 4); the widest profiled
+        "groups": _groups(weak, strong),
     }
+
+
+def _groups(weak: list, strong: list) -> dict:
+    """ch01.dp-weak (16 sequences per GPU), ch01.dp-strong (one global batch over 1, 2, 4 GPUs)
+    and, from 2 GPUs, ch01.overlap (the widest weak point with the gradient reduce overlapped or
+    not: a difference under 10%, so three rounds)."""
+    graphed = lambda cs: [c.replace(iters=GROUP_ITERS, cuda_graphs="te") for c in cs]  # noqa: E731
+    out = {
+        "dp_weak": Group("ch01.dp-weak", graphed(weak), profiled=len(weak) - 1),
+        "dp_strong": Group("ch01.dp-strong", graphed(strong), profiled=len(strong) - 1),
+    }
+    if weak[-1].dp > 1:
+        pair = graphed([weak[-1].replace(overlap=o) for o in (False, True)])
+        out["overlap"] = Group("ch01.overlap", pair, rounds=3, profiled=1)
+    return out
 
 
 def defining(gpus: int = 4, iters: int = ITERS, gpu: str = "H200") -> list:

@@ -8,7 +8,16 @@ comparison group `ch02.tp` beside them.
 from __future__ import annotations
 
 from megalab.runs import presets
-from megalab.book.specs import GROUP_ITERS, ITERS, PARITY_ITERS, Group, Parity, Profiled, degrees
+from megalab.book.specs import (
+    GROUP_ITERS,
+    ITERS,
+    PARITY_ITERS,
+    Group,
+    Parity,
+    Profiled,
+    degrees,
+    largest_mbs_within,
+)
 
 
 # Shoeybi et al. 2019, Table 1
@@ -55,7 +64,7 @@ def runs(gpus: int = 4, iters: int = ITERS) -> dict:
         ],
         # timed on one host, alternated, GPU-bound (CUDA graphs): strong scaling as Shoeybi et al.'s
         # Table 8, TP 2 eager (what graphs save), weak scaling's larger models; the largest TP
-        # profiled
+        # profiled. Then TP against DP at equal memory use
         "groups": {
             "tp": Group(
                 "ch02.tp",
@@ -63,6 +72,27 @@ def runs(gpus: int = 4, iters: int = ITERS) -> dict:
                 + [graphed(2, "gpt-1.2b").replace(cuda_graphs="none") for t in ts if t == 2]
                 + [graphed(t, WEAK_TP_MODELS[t]) for t in ts if t > 1],
                 profiled=len(ts) - 1,
-            )
+            ),
+            **_tp_vs_dp_group(small, ts),
         },
     }
+
+
+def _tp_vs_dp_group(small, ts: list) -> dict:
+    """ch02.tp-vs-dp, from 2 GPUs: on all of them, DP (with the distributed optimizer) at
+    micro-batch 8, three micro-batches a step (a global batch with many divisors), against each TP
+    at the largest micro-batch its predicted memory allows within DP's (TP frees the weights',
+    gradients' and activations' share it splits), same global batch, CUDA graphs; the widest TP
+    profiled."""
+    from megalab import theory
+
+    top = ts[-1]
+    if top < 2:
+        return {}
+    dp = small.replace(
+        gpus=top, mbs=8, gbs=24 * top, dist_opt=True, iters=GROUP_ITERS, cuda_graphs="te"
+    )
+    budget = theory.memory(dp, "H200")["total"]
+    tps = [dp.replace(tp=t, dist_opt=t < top) for t in ts if t > 1]
+    tps = [c.replace(mbs=largest_mbs_within(c, budget)) for c in tps]
+    return {"tp_vs_dp": Group("ch02.tp-vs-dp", [dp, *tps], profiled=len(tps))}

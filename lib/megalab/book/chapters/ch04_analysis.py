@@ -5,6 +5,8 @@ per CP degree, the bytes each communication type sends, CP's speed-up from the c
     ch04_analysis.lengths(one, "H200", seqs)        # theory per length: GiB, activations, share
     ch04_analysis.memory_rows(sweep, cp2, "H200")  # measured peaks beside theory, 1 GPU and CP 2
     ch04_analysis.first_oom(results)                # the shortest length that ran out of memory
+    ch04_analysis.oom_rows(sweep, cp2)              # the runs out of memory, for the figure's marks
+    ch04_analysis.refusal(error)                    # a refused layout's message, in Megatron's flags
     ch04_analysis.longest(one, fits, "H200")        # longest sequence per CP degree and card
     ch04_analysis.traffic(one, 2, seqs)             # GB each GPU sends per step, by type
     ch04_analysis.speedup(g)                        # the group: CP 2 over one GPU, per type
@@ -12,7 +14,9 @@ per CP degree, the bytes each communication type sends, CP's speed-up from the c
     ch04_analysis.step_parts(ring, step_ms)         # where that step's time went
     ch04_analysis.rank_work(profiled)               # attention seconds per rank, and theory's
     ch04_analysis.parity_curves(parities)           # loss curves named in words
+    ch04_analysis.parity_figure(parities, title)    # the curves, a band around each length's 1 GPU
     ch04_analysis.runs_table(g)                     # the evidence page: the group run by run
+    ch04_analysis.host_words(g)                     # the group's host: "2×H200 virtual machine"
     ch04_analysis.legend_in_words(fig)              # "series = 1 GPU" becomes "1 GPU"
 
 A layout is said in words (frame.describe), the ring named: "1 GPU", "CP 2 (ring)", "CP 2
@@ -29,6 +33,8 @@ __all__ = [
     "lengths",
     "memory_rows",
     "first_oom",
+    "oom_rows",
+    "refusal",
     "longest",
     "traffic",
     "speedup",
@@ -36,6 +42,8 @@ __all__ = [
     "step_parts",
     "rank_work",
     "parity_curves",
+    "parity_figure",
+    "host_words",
     "runs_table",
     "legend_in_words",
 ]
@@ -115,6 +123,35 @@ def first_oom(results) -> int | None:
     """The shortest sequence among `results` that ran out of memory (None if none did)."""
     seqs = [r.config.seq for r in results if r.status == "oom"]
     return min(seqs) if seqs else None
+
+
+def oom_rows(one_gpu, cp_runs):
+    """The runs that ran out of memory (`one_gpu` on one GPU, `cp_runs` with CP): seq and series
+    ('1 GPU, out of memory'), one row per length and series, shortest first."""
+    import pandas as pd
+
+    rows = [
+        {"seq": r.config.seq, "series": f"{_degree(r.config)}, out of memory"}
+        for runs in (one_gpu, cp_runs)
+        for r in runs
+        if r.status == "oom"
+    ]
+    out = pd.DataFrame(rows, columns=["seq", "series"]).drop_duplicates()
+    return out.sort_values(["series", "seq"], kind="stable").reset_index(drop=True)
+
+
+# Megatron-LM's names for the RunConfig fields a refused layout's message may name
+_FLAGS = {"cp_comm": "--cp-comm-type"}
+
+
+def refusal(error, width: int = 88) -> str:
+    """A refused layout's message (megalab.InvalidLayout) with Megatron-LM's flag names for the
+    library's field names, wrapped to `width` columns so that no line is cut on the page."""
+    import re
+    import textwrap
+
+    text = re.sub(r"\b(\w+)\b", lambda m: _FLAGS.get(m.group(1), m.group(1)), str(error))
+    return textwrap.fill(text, width, break_on_hyphens=False)
 
 
 def longest(one, fits: dict, card: str, cps=(1, 2, 4, 8), step: int = 2048):
@@ -288,10 +325,56 @@ def parity_curves(parities) -> dict:
     return out
 
 
+def parity_figure(parities, title: str):
+    """charts.loss_parity of parity_curves(parities), with a band around each length's one-GPU
+    curve (the widest band of that length's parity runs, to two significant figures in the
+    legend) rather than around the first curve only."""
+    from megalab import charts
+    from megalab.charts._style import PALETTE
+
+    curves = parity_curves(parities)
+    fig = charts.loss_parity(curves, title=title)
+    colours = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(curves)}
+    lengths = list(dict.fromkeys(p.layout.config.seq for p in parities))
+    for seq in dict.fromkeys(p.layout.config.seq for p in parities):
+        band = max(p.band for p in parities if p.layout.config.seq == seq)
+        name = f"1 GPU, {seq // 1024}k tokens"
+        s = curves[name]
+        r, g, b = (int(colours[name][i : i + 2], 16) for i in (1, 3, 5))
+        fig.add_scatter(
+            x=list(s["step"]) + list(s["step"])[::-1],
+            y=[v + band for v in s["loss"]] + [v - band for v in s["loss"]][::-1],
+            fill="toself",
+            line=dict(width=0),
+            fillcolor=f"rgba({r},{g},{b},0.15)",
+            hoverinfo="skip",
+            name=f"±{band:.2g} around {name}",
+        )
+    n = len(lengths)  # the bands under the curves, and first in the legend
+    fig.data = fig.data[-n:] + fig.data[:-n]
+    return fig.update_layout(legend=dict(y=-0.3, yanchor="top"))  # its rows clear the axis title
+
+
+def host_words(g) -> str:
+    """The comparison group's host in words: '2×H200 virtual machine (32 CPUs)' for attrs host
+    'vm (32 CPUs, NVIDIA H200)' and configurations of up to two GPUs."""
+    import re
+
+    host = str(g.attrs["host"])
+    name = host.split(" (")[0]
+    kind = "virtual machine" if name == "vm" else f"host {name}"
+    cpus = re.search(r"(\d+) CPUs", host)
+    gpus = max(c.gpus for c in g["cfg"])
+    model = re.search(r"NVIDIA (\S+)\)", host)
+    card = model.group(1) if model else "GPU"
+    return f"{gpus}×{card} {kind}" + (f" ({cpus.group(1)} CPUs)" if cpus else "")
+
+
 def runs_table(g):
     """Group `g` run by run, for the evidence page: configuration (length and layout in words),
     runs, run_medians (each run's median step in ms, in the order they ran), median_ms, lo_ms,
-    hi_ms, half (the 95% interval's half-width over the median), wide and mfu."""
+    hi_ms, half (the 95% interval's half-width over the median), wide ('yes' when the interval is
+    wider than ±2%, else 'no') and mfu."""
     import pandas as pd
 
     return pd.DataFrame(
@@ -303,7 +386,7 @@ def runs_table(g):
             "lo_ms": g["lo_ms"].to_numpy(),
             "hi_ms": g["hi_ms"].to_numpy(),
             "half": g["half"].to_numpy(),
-            "wide": g["wide"].to_numpy(),
+            "wide": ["yes" if w else "no" for w in g["wide"]],
             "mfu": g["mfu"].to_numpy(),
         }
     )

@@ -36,6 +36,8 @@ __all__ = [
     "HOST_PROBE",
     "probe_busy",
     "parity_curves",
+    "bubble_figure",
+    "table",
 ]
 
 GROUP = "ch05.vpp"  # gpt-1.2b PP 2, m = 8: 1F1B, VPP 2, VPP 4 with CUDA graphs, alternated
@@ -163,6 +165,8 @@ def memory_bars(mem):
     bars = bars[(bars["kind"] == "measured") | (bars["source"] == "reference")]
     bars = bars.assign(series="stage " + bars["stage"].astype(str) + ", " + bars["kind"])
     bars.loc[bars["source"] == "yours", "series"] += " (yours)"
+    # "m = 2" stays on one line when the axis wraps its labels
+    bars["run"] = bars["run"].str.replace("m = ", "m\u00a0=\u00a0")
     return bars.sort_values(["stage", "kind"], ascending=[True, False], kind="stable")
 
 
@@ -197,7 +201,7 @@ def _model(cfg) -> str:
 def runs_table(results):
     """Runs outside any comparison group, one row each, for the evidence page: configuration
     (model, its layers when a run keeps only some, layout, micro-batches), mbs, step_s (median step
-    after warm-up), mfu, host (machine, and its CPU count where recorded), recorded (the day) and
+    after warm-up), mfu, host (its CPU count where recorded), recorded (the day) and
     recording (1, 2, ...: runs of one host and one trainer build share a number, numbered in order
     of their first run)."""
     import pandas as pd
@@ -206,10 +210,9 @@ def runs_table(results):
     for r in sorted(results, key=lambda r: r.record.get("recorded_at") or ""):
         c, rec = r.config, r.record
         env = rec.get("env") or {}
-        host = str(env.get("hostname")) + (
-            f", {env['cpu_count']} CPUs" if env.get("cpu_count") else ""
-        )
-        build = builds.setdefault((host, rec.get("git_commit")), len(builds) + 1)
+        host = f"{env['cpu_count']} CPUs" if env.get("cpu_count") else "not recorded"
+        key = (env.get("hostname"), host, rec.get("git_commit"))
+        build = builds.setdefault(key, len(builds) + 1)
         rows.append(
             {
                 "configuration": f"{_model(c)}, {layout(c)}, m = {c.num_microbatches}",
@@ -291,4 +294,53 @@ def parity_curves(parities) -> dict:
     (ch02_analysis.parity_curves)."""
     from megalab.book.chapters.ch02_analysis import parity_curves as curves
 
-    return curves(parities)
+    return {k.replace(", local layers", ""): v for k, v in curves(parities).items()}
+
+
+# the bubble figure's log axis: ticks in words, 0.5% not "0%"
+BUBBLE_TICKS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5)
+
+
+def bubble_figure(bubble, title: str):
+    """charts.pipeline_bubble of bubble_table's rows on a log axis whose ticks read 0.5%, 1%, ...;
+    a line that lies on an earlier one (p = 4, v = 3 on p = 2, v = 1: both (1/m)) gets markers and
+    says so in its name."""
+    from megalab import charts
+
+    fig = charts.pipeline_bubble(bubble, title=title)
+    seen = {}
+    for trace in fig.data:
+        points = {(float(x), round(float(y), 12)) for x, y in zip(trace.x, trace.y)}
+        same = next((name for name, pts in seen.items() if points <= pts), None)
+        if same:
+            trace.update(
+                mode="lines+markers", marker=dict(size=9), name=f"{trace.name} (on {same})"
+            )
+        seen[trace.name] = points
+    ticks = [
+        t for t in BUBBLE_TICKS if bubble["bubble"].min() / 2 <= t <= bubble["bubble"].max() * 2
+    ]
+    fig.update_yaxes(type="log", tickvals=ticks, ticktext=[f"{100 * t:g}%" for t in ticks])
+    return fig
+
+
+# cells apart: the book's tables have no padding of their own
+PADDING = [{"selector": "th, td", "props": "padding: 0.2em 0.8em"}]
+
+
+def table(df, columns: dict, digits: dict | None = None):
+    """frame.table with padded cells, so that neighbouring columns do not run together, text
+    columns aligned left; True and False read "yes" and "no"."""
+    from megalab.book import frame
+
+    words = {c: df[c].map({True: "yes", False: "no"}) for c in columns if df[c].dtype == bool}
+    df = df.assign(**words).reset_index(drop=True)  # Styler.set_properties needs a unique index
+    text = [h if isinstance(h, str) else h[0] for c, h in columns.items() if _is_text(df[c])]
+    styler = frame.table(df, columns, digits).set_table_styles(PADDING)
+    return styler.set_properties(subset=text, **{"text-align": "left"})
+
+
+def _is_text(values) -> bool:
+    import pandas as pd
+
+    return not pd.api.types.is_numeric_dtype(values)

@@ -29,6 +29,7 @@ from megalab.book.specs import (
     PARITY_ITERS,
     Fit,
     Group,
+    Lesson,
     Parity,
     Profiled,
     degrees,
@@ -71,6 +72,43 @@ def _groups(gpus: int) -> dict:
     dp = [wide.replace(dist_opt=o) for o in (False, True)]
     ep = [wide.replace(ep=GROUP_GPUS, moe_dispatcher=d) for d in ("alltoall", "allgather")]
     return {"ep": Group("ch06.ep", dp + ep, profiled=len(dp))}
+
+
+# the routing lesson: steps, of which the learning rate warms up over the first ROUTING_WARMUP
+ROUTING_ITERS, ROUTING_WARMUP = 300, 100
+# auxiliary-loss weights it compares (None: no auxiliary loss)
+ROUTING_AUX = (0.01, 0.1, None)
+
+
+def _lessons(gpus: int) -> dict:
+    """The routing lesson, from GROUP_GPUS GPUs."""
+    if gpus < GROUP_GPUS:
+        return {}
+    wide = _base(ROUTING_ITERS).replace(
+        gpus=GROUP_GPUS, mbs=GROUP_MBS, gbs=GROUP_MBS * GROUP_GPUS, cuda_graphs="te"
+    )
+    return {"routing": _routing(wide)}
+
+
+def _routing(wide) -> Lesson:
+    """ch06.routing: EP over the group's GPUs, routed in fp32, ROUTING_ITERS steps with a
+    ROUTING_WARMUP-step learning-rate warm-up, the auxiliary loss at each weight of ROUTING_AUX and
+    none: does balance recover from the imbalance at initialisation? Not a timing (CUDA graphs only
+    to make it cheap)."""
+    base = wide.replace(
+        ep=GROUP_GPUS,
+        iters=ROUTING_ITERS,
+        lr_warmup=ROUTING_WARMUP,
+        moe_router_fp32=True,
+        moe_balance="aux_loss",
+    )
+    return Lesson(
+        "ch06.routing",
+        [
+            base.replace(moe_aux_coeff=a) if a else base.replace(moe_balance="none")
+            for a in ROUTING_AUX
+        ],
+    )
 
 
 def _base(iters: int):
@@ -122,6 +160,8 @@ def runs(gpus: int = 2, iters: int = ITERS) -> dict:
             for d in ("alltoall", "allgather")
         ],
         "groups": _groups(gpus),
+        # routing over hundreds of steps: runs read together, not timed
+        "lessons": _lessons(gpus),
     }
 
 

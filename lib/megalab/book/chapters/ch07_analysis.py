@@ -1,7 +1,7 @@
 """Chapter 07's tables: the ranking's test on the frozen case runs, the step-time model against the
 graphed comparison groups, a reader's ranking with its error bars, and the commands of the pick.
 
-    ch07_analysis.case_picks(cal, 4)                 # the eight frozen picks per case: predicted, run
+    ch07_analysis.case_picks(cal, 4)                 # the eight frozen picks per case
     ch07_analysis.ranking_tests(picks)               # per case and GPU count: did the ranking hold?
     ch07_analysis.graphed_check(cal, refit, "H200")  # the groups' medians beside both models
     ch07_analysis.ranked(ranking, cal, 0.8)          # a search's layouts with their error bars
@@ -24,6 +24,7 @@ __all__ = [
     "ranking_tests",
     "graphed_check",
     "graphed_points",
+    "scatter",
     "ranked",
     "ranking_figure",
     "megalab_command",
@@ -35,12 +36,24 @@ GROUPS = ("ch01.dp-weak", "ch02.tp", "ch05.vpp")
 # the step-time model's constants as the chapter's formula names them
 CONSTANT_WORDS = {
     "gemm_eff": "GEMM efficiency, e_gemm",
-    "gemm_width": "hidden size of half of it, w_gemm",
+    "gemm_width": "GEMM half-way width, w_gemm",
     "attn_eff": "attention efficiency, e_attn",
     "host_layer": "host time per layer and micro-batch, h_layer",
     "comm_call": "cost per blocking collective, c_call",
     "expert_gemm": "host time per expert GEMM, h_expert",
 }
+# what each constant is, in words (the table's column; step_model.CONSTANTS keeps the code's)
+CONSTANT_MEANING = {
+    "gemm_eff": "share of the benched matmul rate the GEMMs approach as layers widen: a limit, "
+    "not reached (at hidden size 4,096: {at_4096:.2f})",
+    "gemm_width": "the hidden size at which the GEMMs reach half of that limit",
+    "attn_eff": "share of the benched matmul rate flash attention reaches, forward and backward",
+    "host_layer": "host time to issue one layer's forward and backward for one micro-batch",
+    "comm_call": "cost of one blocking collective or send/recv beyond its bytes: launch, and "
+    "waiting for the slowest GPU",
+    "expert_gemm": "host time per expert GEMM (one per local expert, layer and pass)",
+}
+UNIT_WORDS = {"fraction of R": "share of matmul rate", "hidden units": "hidden size"}
 CASE_WORDS = {
     "dense_4k": "Llama 3 8B, 4k tokens",
     "long_32k": "Llama 3 8B, 32k tokens",
@@ -93,7 +106,8 @@ def ranking_tests(picks):
     """Per case and GPU count (case_picks' rows): trained (of the eight), rank_corr (Spearman, over
     those that trained), first (the model's first pick), first_status, first_x (its measured step
     over the fastest's; None when it did not train), err_lo and err_hi (the range of step
-    errors)."""
+    errors), corr_shown (rank_corr with its n when under 5 runs trained) and err_range (the errors
+    as one "from to to" phrase, in %)."""
     import pandas as pd
 
     rows = []
@@ -113,7 +127,13 @@ def ranking_tests(picks):
                 "err_hi": ok["error"].max(),
             }
         )
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    df["corr_shown"] = [
+        f"{r:.2f}" + (f" (n = {n})" if n < 5 else "")
+        for r, n in zip(df["rank_corr"], df["trained"])
+    ]
+    df["err_range"] = [f"{lo:+.1%} to {hi:+.1%}" for lo, hi in zip(df["err_lo"], df["err_hi"])]
+    return df
 
 
 def _layout(cfg) -> str:
@@ -187,7 +207,8 @@ def graphed_points(graphed):
 def ranked(ranking, cal, level: float = 0.8):
     """A search.Ranking as rows: rank, layout (frame.describe), mbs, predicted_s with lo_s and hi_s
     (the central `level` of the held-out records' measured/predicted ratios, cal.interval), mem_gib,
-    mfu, measured_s (where the store holds a run of that layout, else None), why (not first)."""
+    mfu, measured_s (where the store holds a run of that layout, else None), why (not first, in
+    words: _why_words), band (lo_s to hi_s as one phrase)."""
     import pandas as pd
 
     from megalab.book.frame import describe
@@ -205,27 +226,58 @@ def ranked(ranking, cal, level: float = 0.8):
                 "mem_gib": c.mem_gib,
                 "mfu": c.mfu,
                 "measured_s": c.measured_s,
-                "why": c.why or "predicted fastest",
+                "why": _why_words(c.why) or "predicted fastest",
+                "band": f"{c.step_s * lo:.2f}–{c.step_s * hi:.2f}",
             }
             for c in ranking
         ]
     ).astype({"measured_s": float})
 
 
+def _why_words(why: str | None) -> str | None:
+    """search's reason a layout is not first, as a sentence: "PP send/recv +78 ms, +44 ms in all"
+    becomes "PP send/recv 78 ms more than #1; step 44 ms more"."""
+    import re
+
+    if not why:
+        return why
+    m = re.fullmatch(r"(.+?) \(?\+([\d.]+) ms\)?(?:, \+([\d.]+) ms in all)?", why)
+    if not m:
+        return why
+    name, term, net = m.groups()
+    said = f"{name} {term} ms more than #1"
+    return said + (f"; step {net} ms more" if net else "")
+
+
+def scatter(df, **kw):
+    """charts.predicted_vs_measured with its legend below the x-axis title, not over it."""
+    from megalab import charts
+
+    return charts.predicted_vs_measured(df, **kw).update_layout(
+        legend=dict(orientation="h", yanchor="top", y=-0.16, x=0),
+        margin=dict(b=40),
+        height=560,
+    )
+
+
 def ranking_figure(table, title: str):
-    """ranked()'s rows as a bar per layout (predicted step, with its error bar) and a marker where
-    a run was measured; layouts on the y axis, best on top."""
+    """ranked()'s rows as a dot per layout (predicted step) with its error bar as a whisker, and a
+    marker where a run was measured; layouts on the y axis, best on top, the x axis near the
+    data."""
     import plotly.graph_objects as go
 
     from megalab.charts._style import TEMPLATE
 
-    names = [f"#{r}: {lay}, mbs {m}" for r, lay, m in zip(table["rank"], table["layout"], table["mbs"])]
+    names = [
+        f"#{r}: {lay}, mbs {m}" for r, lay, m in zip(table["rank"], table["layout"], table["mbs"])
+    ]
     fig = go.Figure(layout=dict(template=TEMPLATE, title=title))
-    fig.add_bar(
+    fig.add_scatter(
         y=names,
         x=table["predicted_s"],
-        orientation="h",
-        name="predicted (bar: the error band)",
+        mode="markers",
+        marker=dict(size=10, color="#1f5fa8"),
+        name="predicted (whisker: the error band)",
         error_x=dict(
             type="data",
             symmetric=False,
@@ -245,6 +297,7 @@ def ranking_figure(table, title: str):
     return fig.update_layout(
         xaxis_title="step time (s)",
         yaxis=dict(autorange="reversed", automargin=True),
+        legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0),
         height=120 + 36 * len(table),
         showlegend=True,
     )
@@ -283,20 +336,37 @@ def megalab_command(cfg, mode: str = "live") -> str:
 
 
 def constants_table(cals: dict):
-    """One row per step-model constant: constant (CONSTANT_WORDS), unit, meaning, then each
-    calibration's value
-    (column: its name in `cals`), and `records_<name>`: how many of its fit runs depend on it."""
+    """One row per step-model constant: constant (CONSTANT_WORDS), unit and meaning (in words,
+    the GEMM efficiency's with its value at hidden size 4,096), then each calibration's value
+    (column: its name in `cals`), `shown_<name>` (that value to three significant figures, as
+    text), and `records_<name>`: how many of its fit runs depend on it."""
     import pandas as pd
 
     first = next(iter(cals.values()))
+    at_4096 = first.value("gemm_eff") * 4096 / (4096 + first.value("gemm_width"))
     df = pd.DataFrame(
         {
             "constant": [CONSTANT_WORDS.get(c.name, c.name) for c in first.constants],
-            "unit": [c.unit for c in first.constants],
-            "meaning": [c.meaning for c in first.constants],
+            "unit": [UNIT_WORDS.get(c.unit, c.unit) for c in first.constants],
+            "meaning": [
+                CONSTANT_MEANING.get(c.name, c.meaning).format(at_4096=at_4096)
+                for c in first.constants
+            ],
         }
     )
     for name, cal in cals.items():
         df[name] = [c.value for c in cal.constants]
+        df[f"shown_{name}"] = [_three_figures(c.value) for c in cal.constants]
         df[f"records_{name}"] = [c.records for c in cal.constants]
     return df
+
+
+def _three_figures(x: float) -> str:
+    """x to three significant figures, with thousands separators: 1,240.85 → "1,240", 28.72 →
+    "28.7", 0.6234 → "0.623"."""
+    import math
+
+    if x == 0 or not math.isfinite(x):
+        return f"{x:g}"
+    places = 2 - math.floor(math.log10(abs(x)))
+    return f"{round(x, places):,.{max(places, 0)}f}"
