@@ -174,3 +174,17 @@ def test_run_rows_keep_a_failed_run(two):
 def test_parity_curves_are_named_in_words():
     par = chapters.runs("ch06", 2)["layouts"][4]["parity"][0].run("cached", quiet=True)
     assert list(ch06.parity_curves([par])) == ["1 GPU", "EP 4"]
+
+
+def test_worded_drops_column_names_and_the_axis_title():
+    import plotly.graph_objects as go
+
+    fig = go.Figure().add_scatter(x=[1], y=[1], name="balancing = No balancing")
+    fig.update_xaxes(title_text="layout")
+    out = ch06.worded(fig, x_title="")
+    assert out.data[0].name == "No balancing" and out.layout.xaxis.title.text is None
+
+
+def test_summed_heatmaps_one_panel_per_record(balance):
+    fig = ch06.summed_heatmaps({k: balance[k] for k in ("auxiliary loss", "none")}, "t")
+    assert len(fig.data) == 2 and fig.data[0].zmax == 8 and fig.data[1].showscale

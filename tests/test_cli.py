@@ -163,7 +163,7 @@ def test_lazy_subcommands_are_dispatched(monkeypatch, capsys):
         sys.modules,
         "megalab.book.reproduce",
         types.SimpleNamespace(
-            reproduce=lambda chapters, mode, gpus, force: (
+            reproduce=lambda chapters, mode, gpus, force, **live: (
                 calls.setdefault("reproduce", (chapters, mode, gpus, force)) and 0
             ),
             page_names=lambda: ["planner"],

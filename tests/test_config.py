@@ -363,6 +363,22 @@ def test_to_dict_is_asdict_without_the_deep_copy():
         )
 
 
+def test_stop_when_tight_off_keeps_every_key_and_label():
+    """Added after the records: off (the default) it stays out of key and label, and a run that
+    stops on a tight median times the same configuration (timings.loose_key)."""
+    from megalab.records.timings import loose_key
+
+    c = presets.get("gpt-1.2b").replace(gpus=4, tp=2, mbs=4, gbs=16)
+    assert c.replace(stop_when_tight=False).key == "97dca4979886cdb2"
+    on = c.replace(stop_when_tight=True)
+    assert on.key != c.key and on.label == c.label and loose_key(on) == loose_key(c)
+    parser = add_config_args(argparse.ArgumentParser())
+    assert config_from_args(parser.parse_args(["--stop-when-tight"])).stop_when_tight is True
+    assert "--stop-when-tight" in config_to_args(on) and "--stop-when-tight" not in config_to_args(
+        c
+    )
+
+
 def test_aux_coefficient_router_dtype_wgrad_fusion_and_warmup_at_defaults_keep_old_keys():
     """The four knobs came after the records: at their defaults (0.01, the model's dtype, each
     runner's own fusion, min(10, iters // 10) warm-up steps) they stay out of key and label, so

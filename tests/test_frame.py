@@ -232,6 +232,8 @@ def test_table_words_units_rounding_and_no_nan():
         and "nan" not in html
     )
     assert "–" in html and "a_tp1" not in html
+    missing = frame.table(df, {"step_time_s": "Step (s)"}, missing="not profiled").to_html()
+    assert "not profiled" in missing and "–" not in missing
     assert math.isclose(styler.data["Step (ms)"].iloc[0], 123.456)
     assert "{:,.3f}" not in str(frame.table(df, {"mfu": "MFU"}, digits={"MFU": 1}).to_html())
     assert ">0.4<" in frame.table(df, {"mfu": "MFU"}, digits={"MFU": 1}).to_html()

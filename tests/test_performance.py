@@ -78,7 +78,9 @@ def test_pairs_name_hosts_and_the_fusion():
     assert list(p["apart"]) == [True, True, False]  # 0.98-1.08 crosses 1
     assert set(p["configuration"]) == {"gpt-1.2b, TP 2"}
     fig = perf.pair_bars(p)
-    assert {t.name for t in fig.data} == {"eager, host 1", "eager, host 2", "CUDA graphs, host 2"}
+    assert [t.name for t in fig.data[:2]] == ["eager", "CUDA graphs"]
+    assert list(fig.data[1].y) == ["gpt-1.2b, TP 2, CUDA graphs · 2 × H100 VM 2"]
+    assert perf.pair_rows(p)[0] == "gpt-1.2b, TP 2 · 2 × H100 VM 1"
 
 
 def test_anchor_table_matches_configurations_by_model_and_tp():
@@ -149,6 +151,14 @@ def test_parity_and_startup_from_the_records():
     assert stable and all(p.passes for _, p in stable)
     curves = perf.parity_curves(stable)
     assert next(iter(curves)) == "1 GPU" and len(curves) == len(stable) + 1
+    te = perf.stable_parity(checked, impl="te")
+    fig = perf.parity_gaps(stable + te)
+    assert len(fig.data) == 1 + len(stable) + len(te)  # the band, then one line per layout
+    assert [t.name for t in fig.data if t.showlegend is not False][1:] == [
+        "Megatron Core's plain layers",
+        "Transformer Engine layers",
+    ]
+    assert max(abs(v) for t in fig.data[1:] for v in t.y) < min(p.band for _, p in stable + te)
     phases = perf.startup_phases(records)
     assert list(phases["phase"]) == list(perf.PHASES.values()) and phases.attrs["runs"] > 0
     assert len(perf.startup_seconds(records)) >= phases.attrs["runs"]

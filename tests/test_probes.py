@@ -258,3 +258,13 @@ def test_tasks_from_marks_and_schedule_in_the_record(tmp_path):
         _profile(tmp_path)["profile"]["steps"] == [5, 6, 7]
         and "schedule" in _profile(tmp_path)["profile"]
     )
+
+
+def test_tight_stop_does_nothing_when_off_and_stops_when_tight():
+    """No collective when off (device None: this CPU test); on, it stops once the median is
+    tight."""
+    off = probes.TightStop(False)
+    assert not any(off.after(0.1) for _ in range(40)) and off.times == []
+    on = probes.TightStop(True)
+    said = [on.after(t) for t in [3.0, 0.5, 0.4] + [0.1] * 12]
+    assert said.index(True) == 12  # 3 warm-up steps, then the 10th timed step

@@ -290,10 +290,21 @@ def test_tag_cells_folds_the_code_of_rewritten_chapters():
     assert tags == [["remove-cell"], [], ["hide-input"], None]
 
 
-def test_rewritten_pages_are_the_chapters_in_frame_rewritten():
-    from pathlib import Path
+def test_every_page_of_the_book_folds_its_code(tmp_path):
+    from types import SimpleNamespace
 
-    assert reproduce._rewritten(Path("02_tensor_parallel/tensor_parallel.ipynb"))
-    assert reproduce._rewritten(Path("00_know_your_machine/evidence.ipynb"))
-    assert not reproduce._rewritten(Path("98_not_rewritten/page.ipynb"))
-    assert not reproduce._rewritten(Path("planner.ipynb"))
+    executed = tmp_path / "_executed"
+    code = {"cell_type": "code", "source": "charts.memory(df)", "metadata": {}, "outputs": []}
+    pages = ("planner.ipynb", "hardware.ipynb", "performance.ipynb", "02_tp/tensor_parallel.ipynb")
+    for page in pages:
+        (executed / page).parent.mkdir(parents=True, exist_ok=True)
+        (executed / page).write_text(json.dumps({"cells": [code], "metadata": {}}))
+        (tmp_path / page).parent.mkdir(exist_ok=True)
+        (tmp_path / page).write_text("{}")
+    env = SimpleNamespace(doc2path=lambda d: tmp_path / d, note_dependency=lambda p: None)
+    config = SimpleNamespace(megalab_executed_dir="_executed")
+    app = SimpleNamespace(env=env, srcdir=tmp_path, config=config)
+    for page in pages:
+        source = [""]
+        reproduce._source_read(app, page, source)
+        assert json.loads(source[0])["cells"][0]["metadata"]["tags"] == ["hide-input"], page

@@ -392,3 +392,16 @@ def test_every_new_timing_cell_reads_one_group():
     assert not over, (
         f"cells reading step times outside timings.group (read a comparison group): {over}"
     )
+
+
+def test_a_run_stops_once_its_median_is_tight():
+    """RunConfig.stop_when_tight: warm-up steps aside, at least MIN_TIMED steps, then the median's
+    95% interval within ±2%."""
+    warm = [3.0, 0.5, 0.4]  # metrics.WARMUP_STEPS of them, dropped
+    steady = [0.100, 0.101, 0.099, 0.100, 0.102, 0.098, 0.100, 0.101, 0.099, 0.100]
+    assert not timings.tight(warm + steady[:-1])  # 9 timed: too few
+    assert timings.tight(warm + steady)
+    noisy = [0.1, 0.13, 0.08, 0.12, 0.09, 0.1, 0.14, 0.07, 0.11, 0.1]
+    assert not timings.tight(warm + noisy)
+    assert timings.tight(warm + noisy, within=0.5)
+    assert not timings.tight([])

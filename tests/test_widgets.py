@@ -32,9 +32,13 @@ def test_ranking_html_bolds_recorded_rows_and_leaves_the_others_blank():
     first = table.iloc[0]
     assert (
         f"{first['predicted_ms']:.1f}" in html
-        and "why not first" in html
+        and "Why not first" in html
         and "held-out median" in html
     )
+    assert "TP(" not in html and "Predicted step (ms)" in html and "Prediction error" in html
+    recorded = table[table["measured"] & table["measured_ms"].notna()].iloc[0]
+    err = (recorded["predicted_ms"] - recorded["measured_ms"]) / recorded["measured_ms"]
+    assert f"{err:+.0%}" in html
 
 
 def test_the_roofline_ranks_and_says_so_without_enough_records(tmp_path):
@@ -52,7 +56,7 @@ def test_a_model_that_fits_nowhere_says_so():
 
 def test_the_planner_shows_the_ranking_live_and_static():
     p = widgets.planner("gpt-1.2b", gpu="H200", gpus=1, mbs=8, gbs=8, seq=1024)
-    assert "measured ms" in p._rank.value and "font-weight:bold" in p._rank.value
+    assert "Recorded step (ms)" in p._rank.value and "font-weight:bold" in p._rank.value
     assert p._rank.value in p._repr_mimebundle_()["text/html"]
     before = p._ranked
     p._c["recompute"].value = "full"  # a layout change does not search again

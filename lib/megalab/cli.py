@@ -364,6 +364,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--force", action="store_true", help="run again even when the executed copy is up to date"
     )
+    from megalab.book import live
+
+    live.add_args(s)
 
     s = cmd(
         "bench",

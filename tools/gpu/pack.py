@@ -116,12 +116,10 @@ def recorded_lines(plan: str, store=None, host: str | None = None) -> dict[int, 
     up to n records, first lines first. On this host only: a comparison group compares runs of one
     host, and a warm-up warms its own. fit and parity lines (several runs each) are left to the
     progress file."""
-    import argparse
     import socket
     from collections import Counter
 
     from megalab.records.store import as_store
-    from megalab.runs.flags import add_config_args, config_from_args
 
     host = host or socket.gethostname()
     have, alone = Counter(), Counter()
@@ -132,25 +130,36 @@ def recorded_lines(plan: str, store=None, host: str | None = None) -> dict[int, 
         for t in tags:
             have[(t, r.get("key"), "profile" in tags)] += 1
             alone[(t, r.get("key"), "profile" in tags)] += "packed" not in tags
-    parser = add_config_args(argparse.ArgumentParser(allow_abbrev=False))
-    parser.add_argument("--profile", action="store_true")
     text = dict(_lines(plan))
     out = {}
-    for number, tag, _, flags in _jobs(plan):
-        if tag == "wait" or _sub(flags)[0] not in ("run", "peer"):
-            continue
-        sub, words = _sub(flags)
-        ns, _ = parser.parse_known_args(words)
-        cfg = config_from_args(ns)
-        if sub == "peer":  # megalab peer: the same config, run by Megatron-LM (jobs.peer)
-            cfg = cfg.replace(runner="megatron-lm", init="megatron")
-        k = (tag.rstrip("!"), cfg.key, ns.profile)
+    for number, tag, cfg, profile in run_lines(plan):
+        k = (tag.rstrip("!"), cfg.key, profile)
         counts = alone if tag.endswith("!") else have
         if counts[k] > 0:
             have[k] -= 1
             alone[k] -= 1
             out[number] = text[number]
     return out
+
+
+def run_lines(plan: str):
+    """(line number, tag, RunConfig, profiled) of each `run` and `peer` line of the plan; a peer
+    line's config is the same run made by Megatron-LM (jobs.peer)."""
+    import argparse
+
+    from megalab.runs.flags import add_config_args, config_from_args
+
+    parser = add_config_args(argparse.ArgumentParser(allow_abbrev=False))
+    parser.add_argument("--profile", action="store_true")
+    for number, tag, _, flags in _jobs(plan):
+        if tag == "wait" or _sub(flags)[0] not in ("run", "peer"):
+            continue
+        sub, words = _sub(flags)
+        ns, _ = parser.parse_known_args(words)
+        cfg = config_from_args(ns)
+        if sub == "peer":
+            cfg = cfg.replace(runner="megatron-lm", init="megatron")
+        yield number, tag, cfg, ns.profile
 
 
 def cut_off(elapsed_s: float, timeout_s: float, full_timeout_s: float) -> bool:

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # pack.py, beside this file
-from pack import _jobs, _sub  # noqa: E402
+from pack import run_lines  # noqa: E402
 
 TEARDOWN_S = 15.0
 UNKNOWN_S = 120.0
@@ -86,21 +86,11 @@ def line_cost(cfg, profiled: bool, costs: dict) -> tuple[float, str]:
 
 def estimate(plan: str, store=None, gpu: str = "H200") -> list[tuple[int, str, float, str]]:
     """(line number, tag, seconds, how) of each run and peer line of the plan."""
-    from megalab.runs.flags import add_config_args, config_from_args
-
-    parser = add_config_args(argparse.ArgumentParser(allow_abbrev=False))
-    parser.add_argument("--profile", action="store_true")
-    costs, out = _costs(store, gpu), []
-    for number, tag, _, flags in _jobs(plan):
-        if tag == "wait" or _sub(flags)[0] not in ("run", "peer"):
-            continue
-        sub, words = _sub(flags)
-        ns, _ = parser.parse_known_args(words)
-        cfg = config_from_args(ns)
-        if sub == "peer":
-            cfg = cfg.replace(runner="megatron-lm", init="megatron")
-        out.append((number, tag, *line_cost(cfg, ns.profile, costs)))
-    return out
+    costs = _costs(store, gpu)
+    return [
+        (number, tag, *line_cost(cfg, profile, costs))
+        for number, tag, cfg, profile in run_lines(plan)
+    ]
 
 
 def main(argv=None) -> int:

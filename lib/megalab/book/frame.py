@@ -400,11 +400,12 @@ def _digits(values) -> int:
     return max(0, min(4, 2 - math.floor(math.log10(typical))))
 
 
-def table(df, columns: dict, digits: dict | None = None):
+def table(df, columns: dict, digits: dict | None = None, missing: str = "–"):
     """df for display: only `columns`, in their order, headed by their words ({"step_time_s": "Step
     (s)"}, or with a scale: {"step_time_s": ("Step (ms)", 1e3), "mfu": ("MFU (%)", 100)}); floats
     rounded to about three significant figures unless `digits` says ({"Step (ms)": 1}, by header or
-    column), missing values shown as "–", the index hidden. Returns a pandas Styler."""
+    column), missing values shown as `missing` ("–"; "not profiled" where that is why), the index
+    hidden. Returns a pandas Styler."""
     import pandas as pd
 
     digits = digits or {}
@@ -422,4 +423,4 @@ def table(df, columns: dict, digits: dict | None = None):
             fmt[header] = f"{{:,.{n}f}}"
         elif pd.api.types.is_integer_dtype(values):
             fmt[header] = "{:,}"
-    return out.style.format(fmt, na_rep="–").hide(axis="index")
+    return out.style.format(fmt, na_rep=missing).hide(axis="index")

@@ -23,6 +23,12 @@ runs on this machine's GPUs (or falls back to the reference record when it does 
 `force` they run with mode="live", which measures everything again. `auto` is passed through as is.
 `gpus`, when given, is injected as the notebooks' `gpus` parameter.
 
+Live reproductions (megalab.book.live). In live or auto mode each page executed is a reproduction
+of it, recorded in the store (megalab.records.reproductions: its seconds, the runs it launched and
+read back); its estimated time to finish, full and quick, is printed first. Interrupted, the same
+command resumes it: the runs it measured are read back, not launched again (`fresh` starts over).
+`quick` launches only the defining points of the chapter's figures.
+
 Resuming. A notebook is skipped when its executed copy was made, with the same parameters, from the
 same content of everything it reads: the notebook, the results store (its path and every file in
 it), `results/probes/` and the library (`inputs_digest`, taken before the run and kept in the copy's
@@ -170,6 +176,7 @@ def inputs_digest(src: Path, root: Path, parameters: dict) -> str:
     import hashlib
 
     from megalab.jobs import running as results
+    from megalab.records.store import REPRODUCTIONS
 
     store = results.default_root()
     data = [store, _root(root) / "results" / "probes"]
@@ -181,7 +188,10 @@ def inputs_digest(src: Path, root: Path, parameters: dict) -> str:
                 for base in data
                 if base.is_dir()
                 for f in base.rglob("*")
-                if f.is_file() and not f.is_symlink() and not f.name.endswith(".lock")
+                if f.is_file()
+                and not f.is_symlink()
+                and not f.name.endswith(".lock")
+                and f.name != REPRODUCTIONS  # when pages were reproduced: no input of theirs
             }
         ),
         *sorted(Path(__file__).parents[1].rglob("*.py")),
@@ -293,17 +303,23 @@ def reproduce(
     force: bool = False,
     out_dir: str = OUT_DIR,
     root=None,
+    quick: bool = False,
+    fresh: bool = False,
 ) -> int:
     """Execute the chosen notebooks (all, in toc order, when None); print a summary table; return 0
     when all succeeded, 1 otherwise, 130 when interrupted (Ctrl-C: the notebook running then keeps
     its previous executed copy, the table says which ran). See the module docstring for modes and
-    resuming."""
+    resuming; `quick` and `fresh` for live reproductions: megalab.book.live."""
     if mode not in MODES:
         raise ValueError(f"mode={mode!r}: pick one of {', '.join(MODES)}")
+    if quick and mode == "cached":
+        raise ValueError("quick re-measures a chapter's defining points: pass mode='live' with it")
     base = _root(root)
     parameters = {"mode": "live" if (mode == "live" and force) else MODES[mode]}
     if gpus is not None:
         parameters["gpus"] = int(gpus)
+    if quick:  # injected too: a quick copy is never taken for a full one
+        parameters["quick"] = True
     rows = []
     todo = notebooks(chapters, base)
     for nb in todo:
@@ -312,18 +328,7 @@ def reproduce(
         if not force and is_fresh(src, dst, parameters, base):
             rows.append((nb.as_posix(), "up to date", 0.0))
             continue
-        try:
-            execute(src, dst, parameters, base)
-            status = "ok"
-        except KeyboardInterrupt:
-            status = INTERRUPTED
-        except Exception as exc:  # a failing chapter must not stop the others; reported below
-            last = str(exc).strip().splitlines()[-1][:120] if str(exc).strip() else ""
-            status = (
-                INTERRUPTED
-                if _interrupted(exc)
-                else f"FAILED: {type(exc).__name__}: {last} (see {_shown(failed_path(dst), base)})"
-            )
+        status = _execute_live(src, dst, nb, parameters, base, quick, fresh)
         rows.append((nb.as_posix(), status, time.perf_counter() - start))
         if status == INTERRUPTED:
             rows += [(n.as_posix(), "not run", 0.0) for n in todo[len(rows) :]]
@@ -335,6 +340,42 @@ def reproduce(
             return EXIT_INTERRUPTED
     print(_table(rows, parameters))
     return 0 if all(not s.startswith("FAILED") for _, s, _ in rows) else 1
+
+
+def _execute_live(src, dst, nb, parameters, base, quick, fresh) -> str:
+    """execute() one notebook, under its live reproduction when it measures (megalab.book.live:
+    resumed or new, its estimate printed, how it ended recorded); its status for the table."""
+    import contextlib
+
+    from megalab.book import live
+    from megalab.jobs import reproduction
+
+    run = live.begin(nb, parameters, quick=quick, fresh=fresh)
+    try:
+        if run is not None:
+            said = live.estimate(run.page, run.gpus, reproduction=run.id)
+            print(
+                f"megalab reproduce: {'resuming' if run.resumed else 'starting'} {run.id}"
+                + (f"; {said}" if said else ""),
+                file=sys.stderr,
+            )
+        with reproduction.active(run.id) if run else contextlib.nullcontext():
+            execute(src, dst, parameters, base)
+        status = "ok"
+    except KeyboardInterrupt:
+        status = INTERRUPTED
+    except Exception as exc:  # a failing chapter must not stop the others; reported below
+        last = str(exc).strip().splitlines()[-1][:120] if str(exc).strip() else ""
+        status = (
+            INTERRUPTED
+            if _interrupted(exc)
+            else f"FAILED: {type(exc).__name__}: {last} (see {_shown(failed_path(dst), base)})"
+        )
+    if run is not None:
+        run.end(
+            "finished" if status == "ok" else "interrupted" if status == INTERRUPTED else "failed"
+        )
+    return status
 
 
 def _shown(path: Path, base: Path) -> str:
@@ -372,14 +413,8 @@ def _source_read(app, docname: str, source: list) -> None:
     app.env.note_dependency(str(executed.resolve()))
     nb = json.loads(executed.read_text())
     _warn_read_before_said(nb, docname)
-    source[0] = json.dumps(tag_cells(_html_only(nb), hide_input=_rewritten(rel)))
-
-
-def _rewritten(rel: Path) -> bool:
-    """A page of a rewritten chapter (frame.REWRITTEN: '02_tensor_parallel/...' is chapter 02)."""
-    from megalab.book.frame import REWRITTEN
-
-    return any(part[:2] in REWRITTEN and part[2:3] == "_" for part in rel.parts[:-1])
+    # every page folds its code, chapters and top-level pages (performance, planner, hardware) alike
+    source[0] = json.dumps(tag_cells(_html_only(nb), hide_input=True))
 
 
 def _warn_read_before_said(nb: dict, docname: str) -> None:
@@ -537,8 +572,13 @@ def main(argv=None) -> int:
     p.add_argument("--mode", choices=list(MODES), default="cached")
     p.add_argument("--gpus", type=int, default=None)
     p.add_argument("--force", action="store_true", help="execute again even when up to date")
+    from megalab.book.live import add_args
+
+    add_args(p)
     ns = p.parse_args(argv)
-    return reproduce(ns.chapters or None, ns.mode, ns.gpus, ns.force)
+    return reproduce(
+        ns.chapters or None, ns.mode, ns.gpus, ns.force, quick=ns.quick, fresh=ns.fresh
+    )
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ __all__ = [
     "Parity",
     "Profiled",
     "Group",
+    "keys_of",
     "Lesson",
 ]
 
@@ -287,3 +288,23 @@ def _of(kind, value):
     elif isinstance(value, (list, tuple)):
         for v in value:
             yield from _of(kind, v)
+
+
+def keys_of(item) -> list[str]:
+    """The run keys an item launches: a RunConfig its own; a Fit every probe of its window; a Parity
+    its layout and the single-GPU reference; a Profiled run its configuration; a Group each of its
+    configurations and its warm-up."""
+    from megalab.jobs.sweep import reference_of, with_value
+
+    if isinstance(item, RunConfig):
+        return [item.key]
+    if isinstance(item, Fit):
+        lo, hi = item.window
+        return [with_value(item.cfg, item.vary, v).key for v in range(lo, hi + 1, item.step)]
+    if isinstance(item, Parity):
+        return [item.cfg.key, reference_of(item.cfg).key]
+    if isinstance(item, Profiled):
+        return [item.cfg.key]
+    if isinstance(item, Group):
+        return [c.key for c in (*item.configs, item.warmup)]
+    raise TypeError(f"{type(item).__name__}: not a run or a question of a chapter")

@@ -45,6 +45,9 @@ def ranking(cfg, gpu: str = "H200", top: int = 10, store=None) -> tuple:
     df = found.frame()
     if df.empty:
         return df, [found.summary(), found.table().splitlines()[-1]]
+    from megalab.book.frame import describe
+
+    df["layout"] = [describe(c.cfg) for c in found.candidates]  # in words, as the chapters say it
     df = df[(df["rank"] <= top) | df["measured"]].head(2 * top)
     df = df.assign(
         predicted_ms=df["step_s"] * 1e3, measured_ms=df["measured_s"].astype(float) * 1e3
@@ -73,19 +76,23 @@ def ranking_html(table, lines: list[str]) -> str:
     if table.empty:
         return head
     names = [
-        "#",
-        "layout",
-        "mbs",
-        "recompute",
-        "dist-opt",
-        "predicted ms",
-        "GiB",
-        "MFU",
-        "measured ms",
-        "why not first",
+        "Rank",
+        "Layout",
+        "Micro-batch",
+        "Predicted step (ms)",
+        "Memory per GPU (GiB)",
+        "MFU (%)",
+        "Recorded step (ms)",
+        "Prediction error",
+        "Why not first",
     ]
+    # the layout in words names its recomputation and distributed optimizer; the last column holds
+    # sentences: it keeps a readable width, the others wrap their headers
+    wide = {len(names) - 1: "min-width:18em", 1: "min-width:9em"}
     td = lambda xs, tag="td": "".join(
-        f"<{tag} style='padding:1px 6px'>{html.escape(x)}</{tag}>" for x in xs
+        f"<{tag} style='padding:1px 6px;vertical-align:top;{wide.get(i, '')}'>"
+        f"{html.escape(x)}</{tag}>"
+        for i, x in enumerate(xs)
     )  # noqa: E731
     rows, last, gap = (
         [f"<tr>{td(names, 'th')}</tr>"],
@@ -101,18 +108,18 @@ def ranking_html(table, lines: list[str]) -> str:
             f"{r['rank']}",
             r["layout"],
             f"{r['mbs']}",
-            r["recompute"],
-            "yes" if r["dist_opt"] else "no",
             f"{r['predicted_ms']:.1f}",
             f"{r['mem_gib']:.1f}",
-            f"{r['mfu']:.0%}",
+            f"{100 * r['mfu']:.0f}",
             _measured(r),
+            _error(r),
             r["why"] or "–",
         ]
         rows.append(
             f"<tr style='font-weight:{'bold' if r['measured'] else 'normal'}'>{td(cells)}</tr>"
         )
-    return f"{head}<table style='font-size:90%;text-align:left'>{''.join(rows)}</table>"
+    table = f"<table style='font-size:90%;text-align:left;width:100%'>{''.join(rows)}</table>"
+    return f"{head}<div style='overflow-x:auto'>{table}</div>"
 
 
 def _measured(r) -> str:
@@ -122,10 +129,19 @@ def _measured(r) -> str:
     return "recorded" if r["measured_ms"] != r["measured_ms"] else f"{r['measured_ms']:.1f}"
 
 
+def _error(r) -> str:
+    """A recorded row's prediction error, (predicted − recorded) / recorded, in percent."""
+    if not r["measured"] or r["measured_ms"] != r["measured_ms"]:
+        return ""
+    return f"{(r['predicted_ms'] - r['measured_ms']) / r['measured_ms']:+.0%}"
+
+
 def figures(cfg, gpu: str = "H200") -> tuple:
     """(memory figure, step-time figure, one-line summary) of `theory.plan(cfg, gpu)`."""
     from megalab import theory
     from megalab.machine import hardware
+
+    from megalab.book.frame import describe
 
     plan = theory.plan(cfg, gpu)
     spec = hardware.gpu_spec(gpu)
@@ -135,13 +151,16 @@ def figures(cfg, gpu: str = "H200") -> tuple:
         title=f"Predicted memory per GPU ({spec.name})",
     )
     est = plan["step_time_estimate"]
-    step = charts.step_time_breakdown({plan["layout"]: est}, title="Predicted step time")
+    step = charts.step_time_breakdown(
+        {describe(cfg): est}, title="Roofline step time: a lower bound"
+    )
     total = est["total_s"] or float("nan")
     line = (
-        f"{plan['layout']}: {plan['memory_gib']['total']:.1f} GiB of {spec.mem_gib:g} per GPU; "
-        f"step ≈ {total * 1e3:.1f} ms (compute {est['compute_s'] / total:.0%}, "
-        f"bubble {est['bubble_s'] / total:.0%}, communication {est['comm_s'] / total:.0%}); "
-        f"MFU ≈ {est.get('mfu', float('nan')):.0%}"
+        f"{describe(cfg)}: {plan['memory_gib']['total']:.1f} GiB of {spec.mem_gib:g} per GPU; "
+        f"roofline step ≥ {total * 1e3:.1f} ms (compute {est['compute_s'] / total:.0%}, "
+        f"bubble {est['bubble_s'] / total:.0%}, communication {est['comm_s'] / total:.0%}), "
+        f"so MFU ≤ {est.get('mfu', float('nan')):.0%}: a bound; the calibrated estimate "
+        "above is what to expect"
     )
     return mem.update_layout(height=380), step.update_layout(height=260), line
 

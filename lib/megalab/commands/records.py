@@ -129,7 +129,12 @@ def cmd_reproduce(ns) -> int:
         raise BadArgument(
             f"--gpus {ns.gpus}: the chapters' layouts scale over powers of two: pass 1, 2, 4 or 8"
         )
-    return int(reproduce(ns.chapters or None, ns.mode, ns.gpus, ns.force) or 0)
+    if ns.quick and ns.mode == "cached":
+        raise BadArgument("--quick re-measures a chapter's defining points: pass --mode live")
+    return int(
+        reproduce(ns.chapters or None, ns.mode, ns.gpus, ns.force, quick=ns.quick, fresh=ns.fresh)
+        or 0
+    )
 
 
 def cmd_bench(ns) -> int:

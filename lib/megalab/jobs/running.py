@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from megalab.jobs import reproduction
 from megalab.records.store import (  # noqa: F401  (re-exported: results.Store, results.load, ...)
     BENCH,
     NotRecorded,
@@ -261,6 +262,8 @@ def run(
     machine has the GPUs (and Transformer Engine if needed), else the newest reference record.
     `exclude` skips record ids (parity uses it to read distinct repeats). `launch_kw` goes to
     launch.launch (nnodes, node_rank, rdzv_endpoint, extra trainer flags such as --profile).
+    Under a live reproduction (megalab.jobs.reproduction) a run it already measured is read back,
+    not launched again, and a quick one launches only its figures' defining points.
     `gpu` (e.g. "H100") reads only records made on that GPU model as the reference. `profile` runs
     with torch.profiler over a few steps (the record keeps the kernel timeline), or reads such a
     run. Prints one line saying which source answered when it is not a record read back (a run
@@ -270,7 +273,19 @@ def run(
     """
     cfg.validate()  # an impossible layout is answered as such, whatever the mode
     store = as_store(store)
+    within = reproduction.current(store) if mode != "cached" else None
+    if within is not None:
+        if (mine := within.measured(cfg, store, exclude, profile)) is not None:
+            return Result(mine, "live")  # measured by this reproduction before it was cut short
+        if within.skips(cfg):  # a quick reproduction: not one of its figures' defining points
+            try:
+                return run(cfg, "cached", tags, store, exclude=exclude, gpu=gpu, profile=profile)
+            except NotRecorded:
+                pass
+        tags = [*tags, within.tag]
     gpu_name, gpus, te = _local_hardware() if mode != "cached" else (None, 0, False)
+    if within is not None and within.defines(cfg) and gpus >= cfg.gpus:
+        mode = "live"  # a quick reproduction re-measures a defining point this machine can run
     source, record = select(cfg, mode, store, gpu_name, gpus, te, exclude, gpu, profile)
     if profile:
         tags = [*tags, "profile"]

@@ -307,7 +307,78 @@ _BENCH_TYPES = {
     "env": dict,
     "recorded_at": str,
 }
-_TYPE_NAMES = {int: "a whole number", str: "text", dict: "an object", list: "a list"}
+_TYPE_NAMES = {
+    int: "a whole number",
+    float: "a number",
+    bool: "true or false",
+    str: "text",
+    dict: "an object",
+    list: "a list",
+}
+
+# a reproduction record (records.reproductions: a page measured live, how long it took)
+REPRODUCTION_EVENTS = ("started", "finished", "interrupted", "failed")
+REPRODUCTION_MODES = ("live", "auto")  # a cached reproduction measures nothing: not recorded
+_REPRODUCTION_TYPES = {
+    "schema": int,
+    "id": str,
+    "kind": str,
+    "reproduction": str,
+    "page": str,
+    "gpus": int,
+    "mode": str,
+    "quick": bool,
+    "event": str,
+    "seconds": (int, float, type(None)),
+    "launched": (int, type(None)),
+    "read_back": (int, type(None)),
+    "quick_keys": list,
+    "env": dict,
+    "recorded_at": str,
+}
+
+
+def _reproduction_type_problems(record: dict) -> list[str]:
+    """The fields of a reproduction record whose value has another type (a bool is no number)."""
+    return [
+        f"field {name!r} should be {_type_name(want)}, not {json.dumps(record[name])[:40]}"
+        for name, want in _REPRODUCTION_TYPES.items()
+        if name in record
+        and (
+            not isinstance(record[name], want)
+            or (isinstance(record[name], bool) and want is not bool)
+        )
+    ]
+
+
+def reproduction_problems(record: dict) -> list[str]:
+    """Why a reproduction record does not fit: [] when it does."""
+    types = _REPRODUCTION_TYPES
+    out = [f"field {name!r} is missing" for name in types if name not in record and name != "id"]
+    out += _reproduction_type_problems(record)
+    if out:
+        return out
+    if not record["page"].strip() or not record["reproduction"].strip():
+        out.append("fields 'page' and 'reproduction' need text")
+    if record["gpus"] < 0:
+        out.append(f"gpus={record['gpus']}: a count of 0 or more")
+    if record["mode"] not in REPRODUCTION_MODES:
+        out.append(f"mode={record['mode']!r}: pick one of {', '.join(REPRODUCTION_MODES)}")
+    if record["event"] not in REPRODUCTION_EVENTS:
+        out.append(f"event={record['event']!r}: pick one of {', '.join(REPRODUCTION_EVENTS)}")
+    seconds = record["seconds"]
+    if seconds is not None and not (math.isfinite(seconds) and seconds >= 0):
+        out.append(f"seconds={seconds!r}: a number of 0 or more")
+    if record["event"] != "started" and seconds is None:
+        out.append(f"a {record['event']!r} record needs its seconds")
+    for name in ("launched", "read_back"):
+        if record[name] is not None and record[name] < 0:
+            out.append(f"{name}={record[name]}: a count of 0 or more")
+    if not all(isinstance(k, str) for k in record["quick_keys"]):
+        out.append("field 'quick_keys' should hold run keys (text) only")
+    if record["schema"] != SCHEMA:
+        out.append(f"schema={record['schema']!r}: this megalab reads schema {SCHEMA}")
+    return out
 
 
 def _type_name(want) -> str:
@@ -481,6 +552,8 @@ def type_problems(record: dict) -> list[str]:
     """The fields a record holds with the wrong type (what the full schema check, record_problems,
     also finds); missing fields are not its concern. The store's readers skip such records: a sum or
     a label over them would crash far from the cause."""
+    if record.get("kind") == "reproduction":
+        return _reproduction_type_problems(record)
     types = _BENCH_TYPES if record.get("kind") == "bench" else _RUN_TYPES
     out = [
         f"field {name!r} should be {_type_name(want)}, not {json.dumps(record[name])[:40]}"
@@ -510,6 +583,8 @@ def record_problems(record) -> list[str]:
     that started (any status but "invalid") must have a layout megalab accepts."""
     if not isinstance(record, dict):
         return [f"a record is a JSON object, not {type(record).__name__}"]
+    if record.get("kind") == "reproduction":
+        return reproduction_problems(record) or _text_problems(record)
     bench = record.get("kind") == "bench"
     types = _BENCH_TYPES if bench else _RUN_TYPES
     # an

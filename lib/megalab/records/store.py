@@ -46,6 +46,8 @@ from pathlib import Path
 from typing import Any
 
 RUNS, BENCH, ERRATA = "runs.jsonl", "bench.jsonl", "errata.jsonl"
+REPRODUCTIONS = "reproductions.jsonl"  # records with "kind": "reproduction" (records.reproductions)
+FILES = {"bench": BENCH, "reproduction": REPRODUCTIONS}  # a record's kind -> its file (else RUNS)
 MAX_REASONS = 20  # reasons listed when an import is refused
 # nesting a record may have (a made record has 6): deeper ones crash json and pandas far away
 MAX_DEPTH = 32
@@ -124,7 +126,7 @@ class Store:
         return f"Store({str(self.root)!r})"
 
     def path(self, kind: str = "run") -> Path:
-        return self.root / (BENCH if kind == "bench" else RUNS)
+        return self.root / FILES.get(kind, RUNS)
 
     # writing
     def append(self, record: dict) -> dict:
@@ -179,12 +181,9 @@ class Store:
             r = dict(r)
             r.setdefault("id", _content_id(r))  # stable, so a second import skips it too
             incoming.append(r)
-        batches = {
-            self.path(kind): [
-                r for r in incoming if (r.get("kind") == "bench") == (kind == "bench")
-            ]
-            for kind in ("run", "bench")
-        }
+        batches: dict[Path, list[dict]] = {}
+        for r in incoming:
+            batches.setdefault(self.path(r.get("kind", "run")), []).append(r)
         return self._write_all({p: b for p, b in batches.items() if b}, skip_known_ids=True)
 
     # reading

@@ -38,14 +38,15 @@ __all__ = [
     "group_runs",
     "group",
     "median_interval",
+    "tight",
     "TIGHT",
 ]
 
 
 def loose_key(cfg) -> str:
     """A configuration's key with iterations and seed set aside: they do not change how long a step
-    takes."""
-    return cfg.replace(iters=1, seed=0).key
+    takes (nor does stopping on a tight median, RunConfig.stop_when_tight)."""
+    return cfg.replace(iters=1, seed=0, stop_when_tight=False).key
 
 
 def _clean(store, gpu_model: str):
@@ -389,6 +390,27 @@ def median_interval(values, level: float = 0.95) -> tuple[float, float]:
         j += 1
     k = min(max(j, 1), (n + 1) // 2)
     return xs[k - 1], xs[n - k]
+
+
+# timed steps (after the warm-up) before a run may stop on a tight median: with 10, the 95% interval
+# runs from the 2nd to the 9th fastest step
+MIN_TIMED = 10
+
+
+def tight(step_times, min_timed: int = MIN_TIMED, within: float = TIGHT) -> bool:
+    """Whether a run has timed enough steps (RunConfig.stop_when_tight): after the warm-up steps
+    (metrics.WARMUP_STEPS), at least `min_timed` of them, and the median's 95% interval
+    (median_interval) within ±`within` of the median."""
+    from statistics import median
+
+    from megalab.metrics import WARMUP_STEPS
+
+    timed = list(step_times)[WARMUP_STEPS:]
+    if len(timed) < max(min_timed, 1):
+        return False
+    med = median(timed)
+    lo, hi = median_interval(timed)
+    return med > 0 and max(hi - med, med - lo) <= within * med
 
 
 def group(store, name: str, gpu_model: str):

@@ -128,6 +128,11 @@ class RunConfig:
     )
     # -- run --------------------------------------------------------------------------------------
     iters: int = _f(30, "training iterations")
+    stop_when_tight: bool = _f(
+        False,
+        "stop the timed steps once the median step's 95% interval is within ±2% "
+        "(megalab.records.timings.tight), after at least 10 timed steps; iters is then the most",
+    )
     seed: int = _f(1234, "random seed")
     lr: float = _f(3e-4, "peak learning rate")
     lr_warmup: int | None = _f(
@@ -313,6 +318,7 @@ _ADDED_AFTER_RECORDS = (
     "cuda_graphs",
     "recompute_modules",
     "moe_balance",
+    "stop_when_tight",
     "moe_aux_coeff",
     "moe_router_fp32",
     "grad_accum_fusion",

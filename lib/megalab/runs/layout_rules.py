@@ -104,6 +104,8 @@ def problems(cfg, gpus_available=None, te_available=None, gpu_name=None) -> list
                 "the peer always compiles its fused ops (Megatron-LM has no flag for eager): drop "
                 "--no-compile"
             )
+        if c.stop_when_tight:
+            add("the peer trains every one of --iters steps: drop --stop-when-tight")
     if out:
         # the arithmetic below needs valid sizes
         return out + _machine(c, gpus_available, te_available)

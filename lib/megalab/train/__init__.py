@@ -7,6 +7,7 @@ loop.py).
     hooks        the Probe protocol: where in the loop a measurement may act
     probes       optional measurements hooked into the loop; stage_clock is one of them
     workarounds  upstream bugs patched by one call, each with its versions and when to delete it
+    imports      less to import before the first step (JAX hidden, torch.compile lazy)
     weights      the layout-invariant init
     parent       each rank dies with its torchrun (the parent-death signal)
     args, dry_run  the command line; --dry-run's report on CPU

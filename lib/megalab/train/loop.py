@@ -26,7 +26,7 @@ from functools import partial
 
 from megalab import data
 from megalab.runs.config import InvalidLayout
-from megalab.train import dry_run, log, wiring, workarounds
+from megalab.train import dry_run, imports, log, wiring, workarounds
 from megalab.train import probes as measure
 from megalab.train.args import checked_config, parse_args
 from megalab.train.parent import die_with_parent
@@ -208,11 +208,8 @@ def main(argv=None, probes: list | None = None) -> None:
 
 def train(cfg, args, rank: int, extra_probes: list) -> None:
     since_launch = lambda: round(time.time() - _LAUNCH, 2)  # noqa: E731
-    # where launch-to-first-step goes (seconds since launch)
-    startup = {"python": round(_T0 - _LAUNCH, 2)}
-    # TE imports JAX, when installed, only to look for its JAX extension: 0.9 s of imports
-    # (results/probes/importtime-*)
-    sys.modules.setdefault("jax", None)
+    startup = {"python": round(_T0 - _LAUNCH, 2)}  # where launch-to-first-step goes (s since)
+    imports.load_less()  # JAX hidden, torch.compile lazy: less to import before the first step
     import torch
 
     activations = measure.ActivationMemory()  # every step line reports it
@@ -252,8 +249,8 @@ def train(cfg, args, rank: int, extra_probes: list) -> None:
         m.train()
     startup_s, peak = None, log.peak_tflops()
     startup["loop"] = since_launch()
-    # -- the loop: zero_grad -> forward_backward_func (ends with finalize_model_grads) -> step ->
-    # report
+    stop = measure.TightStop(cfg.stop_when_tight, device)  # off: every one of cfg.iters steps
+    # -- the loop: zero_grad -> forward_backward_func (finalize_model_grads) -> step -> report
     for step in range(cfg.iters):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -286,7 +283,8 @@ def train(cfg, args, rank: int, extra_probes: list) -> None:
         if rank == 0:
             log.emit(log.step_line(cfg, step, loss, grad_norm, lr, step_time, mem, peak))
         probes.after_step(step)
-
+        if stop.after(step_time):  # the median's 95% interval within ±2%
+            break
     probes.stop()
     alloc = log.all_gather(torch.cuda.max_memory_allocated() / log.GIB, device)
     reserved = log.all_gather(torch.cuda.max_memory_reserved() / log.GIB, device)

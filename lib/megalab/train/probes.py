@@ -24,6 +24,7 @@ __all__ = [
     "RouterCounts",
     "ProfilerWindow",
     "GraphCapture",
+    "TightStop",
     "for_run",
     "profile_of",
     "PROFILE_STEPS",
@@ -257,3 +258,28 @@ class GraphCapture(Probe):
             from megatron.core.transformer import cuda_graphs
 
             cuda_graphs.delete_cuda_graphs()
+
+
+class TightStop:
+    """RunConfig.stop_when_tight: stop the timed steps once the median's 95% interval is tight
+    (megalab.records.timings.tight). It reads the slowest rank's step time (one all-reduce, a
+    CPU-GPU sync point, only when on), the same on every rank, so all ranks stop at the same step.
+    Off, it does nothing."""
+
+    def __init__(self, on: bool, device=None):
+        self.on, self.device, self.times = on, device, []
+
+    def after(self, step_time: float) -> bool:
+        """Record a step's time; True when the run has timed enough steps."""
+        if not self.on:
+            return False
+        from megalab.records.timings import tight
+
+        if self.device is not None:
+            import torch
+
+            t = torch.tensor([step_time], dtype=torch.float64, device=self.device)
+            torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+            step_time = float(t.item())
+        self.times.append(step_time)
+        return tight(self.times)

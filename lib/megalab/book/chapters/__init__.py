@@ -6,7 +6,8 @@ printed from the same definitions (`megalab experiments ch01 --missing`, megalab
 chapter is named "ch01", "01", "1" or "01_data_parallel" alike.
 
 A new chapter: a module `chNN_<topic>.py` with `runs(gpus=4, iters=ITERS, ...) -> dict` (optionally
-`pending(gpus)` for runs queued for its next version), a line in CHAPTERS, a notebook in
+`pending(gpus)` for runs queued for its next version, `defining(gpus)` for the runs a quick
+reproduction re-measures), a line in CHAPTERS, a notebook in
 `book/NN_<topic>/` and a line in `_toc.yml`.
 """
 
@@ -33,6 +34,7 @@ __all__ = [
     "key_of",
     "runs",
     "pending",
+    "defining",
     "data_parallel",
     "tensor_parallel",
     "sequence_parallel",
@@ -105,3 +107,12 @@ def key_of(name: str) -> str:
 
 def _module(name: str) -> ModuleType:
     return PAGES[name] if name in PAGES else CHAPTERS[resolve(name)]
+
+
+def defining(name: str, gpus: int = 4, **kw) -> list:
+    """The runs that define a chapter's figures (its module's `defining(gpus)`: the points a reader
+    re-measures beside the reference with `megalab reproduce chNN --mode live --quick`, with the
+    chapter's own CUDA-graph and comparison-group settings, since they are its own RunConfigs); []
+    when the chapter marks none (a quick reproduction then launches only what nothing records)."""
+    module = _module(name)
+    return list(module.defining(gpus, **kw)) if hasattr(module, "defining") else []

@@ -66,3 +66,11 @@ def _groups(weak: list, strong: list) -> dict:
         pair = graphed([weak[-1].replace(overlap=o) for o in (False, True)])
         out["overlap"] = Group("ch01.overlap", pair, rounds=3, profiled=1)
     return out
+
+
+def defining(gpus: int = 4, iters: int = ITERS, gpu: str = "H200") -> list:
+    """The points that define the chapter's figures, re-measured by a quick reproduction beside the
+    reference: weak scaling at mbs 4 (each degree) and the top degree with the distributed
+    optimizer."""
+    r = runs(gpus, iters, gpu)
+    return [*r["weak"], *r["dist_opt"][-1:]]

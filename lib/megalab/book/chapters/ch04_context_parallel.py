@@ -208,3 +208,13 @@ def pending(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
     if gpus >= SEED_GPUS:  # the seed's host size; at 2 and 4 GPUs its CP 8 rows could not run
         out |= _seed(base)
     return out
+
+
+def defining(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> list:
+    """The points that define the chapter's figures, re-measured by a quick reproduction beside the
+    reference: memory against length (one GPU at 8k and 32k tokens), CP's strong scaling at 32k
+    (each recorded degree) and each comm type at 16k tokens at the top degree."""
+    r = runs(gpus, iters, gpu)
+    one = [c for c in r["seq_1gpu"] if c.seq in (BASE_SEQ, LONG_SEQ)]
+    comm = [c for rs in r.get("comm", {}).values() for c in rs if c.seq == 2 * BASE_SEQ]
+    return [*one, *r.get("strong", []), *comm]

@@ -13,6 +13,8 @@ the vuiseng9/megatron-tutorials series, and what the routing records say.
     ch06_analysis.fits(found, specs)              # the largest expert count, measured and predicted
     ch06_analysis.step_imbalance(records)         # busiest expert over the mean, per step
     ch06_analysis.over_steps(record)              # one step at a time, and all steps summed
+    ch06_analysis.summed_heatmaps(records, title) # each expert's tokens over the steps, per policy
+    ch06_analysis.worded(fig)                     # legend in words, room for wrapped tick labels
     ch06_analysis.random_router(32768, 64, 8)     # a random router's busiest expert over the mean
     ch06_analysis.at_init(record, cfg)            # step 0 per layer against a random router
 
@@ -42,6 +44,8 @@ __all__ = [
     "step_imbalance",
     "over_steps",
     "routing_heatmap",
+    "summed_heatmaps",
+    "worded",
     "expected_max_normal",
     "multinomial_max_over_mean",
     "random_router",
@@ -342,6 +346,50 @@ def routing_heatmap(record, title: str):
         z_title="busiest / mean",
     )
     return fig.update_traces(zmin=1.0, zmax=cfg.experts / cfg.topk, colorscale="Reds")
+
+
+def summed_heatmaps(records: dict, title: str):
+    """One heat map per record (name -> record), side by side: each expert's tokens summed over the
+    measured steps, over its layer's mean, per MoE layer (rows) and expert (columns), coloured from
+    0 to E / k (every token of every step picked that expert)."""
+    from plotly.subplots import make_subplots
+
+    from megalab import charts
+    from megalab.records import routing
+    from megalab.runs.config import RunConfig
+
+    names = list(records)
+    fig = make_subplots(rows=1, cols=len(names), subplot_titles=names, shared_yaxes=True)
+    for i, name in enumerate(names):
+        rec = records[name]
+        cfg = RunConfig.from_dict(rec["config"])
+        lo = routing.load(rec)
+        fig.add_heatmap(
+            z=lo.to_numpy(),
+            x=list(range(1, lo.shape[1] + 1)),
+            y=list(range(1, lo.shape[0] + 1)),
+            zmin=0.0,
+            zmax=cfg.experts / cfg.topk,
+            colorscale="Reds",
+            showscale=i == len(names) - 1,
+            colorbar=dict(title="tokens / mean"),
+            row=1,
+            col=i + 1,
+        )
+        fig.update_xaxes(title_text="expert", row=1, col=i + 1)
+    fig.update_yaxes(title_text="MoE layer", autorange="reversed", row=1, col=1)
+    return fig.update_layout(template=charts.TEMPLATE, title=title)
+
+
+def worded(fig, x_title: str | None = None, standoff: int = 16):
+    """`fig` with its legend in words (drops metric_vs's "column = " before each name) and room
+    between the x-axis title and wrapped tick labels; x_title="" drops the title (bars whose
+    wrapped category labels say what they are, where the title would meet the legend below)."""
+    fig.for_each_trace(lambda t: t.update(name=(t.name or "").split(" = ", 1)[-1]))
+    fig.update_xaxes(title_standoff=standoff, automargin=True)
+    if x_title is not None:
+        fig.update_xaxes(title_text=x_title or None)
+    return fig.update_layout(legend_title_text="")
 
 
 def expected_max_normal(n: int) -> float:

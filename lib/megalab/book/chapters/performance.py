@@ -27,11 +27,14 @@ __all__ = [
     "mfu_table",
     "host_per_kernel",
     "pairs",
+    "pair_rows",
+    "pair_bars",
     "fusion_bound",
     "anchor_table",
     "parity_checks",
     "parity_table",
     "stable_parity",
+    "parity_gaps",
     "startup_phases",
 ]
 
@@ -92,8 +95,8 @@ def pairs(frames: dict, fusion_from: str | None = None):
     each: gpus (the frame's key), configuration (model and layout in words), launch ('eager' or
     'CUDA graphs'), host (1, 2, ... in the order of that frame's recordings), ours_ms, peer_ms,
     ratio, ratio_lo, ratio_hi, apart (the quartile ranges do not overlap: the gap is beyond the
-    steps' scatter) and fusion_equal: both sides accumulated weight gradients unfused (our runs
-    predate `fusion_from`, the trainer change that turned the fusion on;
+    steps' scatter), cfg (the RunConfig) and fusion_equal: both sides accumulated weight gradients
+    unfused (our runs predate `fusion_from`, the trainer change that turned the fusion on;
     records.TRAINER_CHANGES)."""
     import pandas as pd
 
@@ -118,6 +121,7 @@ def pairs(frames: dict, fusion_from: str | None = None):
                     "ratio_hi": r["ratio_hi"],
                     "apart": bool(r["ratio_lo"] > 1 or r["ratio_hi"] < 1),
                     "fusion_equal": bool(r["sitting_at"] < fusion_from),
+                    "cfg": c,
                 }
             )
     return pd.DataFrame(rows)
@@ -312,23 +316,70 @@ def startup_seconds(records) -> list[float]:
 
 # -- figures
 # -------------------------------------------------------------------------------------------
-def pair_bars(p, title: str = "Our step time over Megatron-LM's, host by host"):
-    """charts.ratio_bars of `pairs(...)`: one bar per pair, named by configuration and GPUs, one
-    colour per launch mode and host ("eager, host 2")."""
-    from megalab import charts
+def pair_rows(p) -> list[str]:
+    """One label per row of `pairs(...)`, naming the pair and its host: "gpt-4.2b, TP 4, CUDA graphs
+    · 4 × H200 VM 2" (the VM's number only where that kind of host was rented more than once); two
+    eager pairs of one configuration on one host are told apart by their micro-batch."""
+    many = p.groupby("gpus")["host"].transform("nunique") > 1
+    vm = [f"{g} VM" + (f" {h}" if m else "") for g, h, m in zip(p["gpus"], p["host"], many)]
+    graphs = [", CUDA graphs" if launch == "CUDA graphs" else "" for launch in p["launch"]]
+    rows = [f"{c}{g} · {v}" for c, g, v in zip(p["configuration"], graphs, vm)]
+    if "cfg" in p and len(set(rows)) < len(rows):
+        twice = {r for r in rows if rows.count(r) > 1}
+        rows = [
+            r.replace(" · ", f", micro-batch {c.mbs} · ") if r in twice else r
+            for r, c in zip(rows, p["cfg"])
+        ]
+    return rows
 
-    df = p.assign(
-        pair=[f"{c} on {g}" for c, g in zip(p["configuration"], p["gpus"])],
-        recording=[f"{launch}, host {h}" for launch, h in zip(p["launch"], p["host"])],
-    ).sort_values(["launch", "host"], kind="stable")
-    fig = charts.ratio_bars(
-        df,
-        "pair",
-        group="recording",
-        title=title,
-        y_title="ours / Megatron-LM (below 1: ours faster)",
+
+def pair_bars(p, title: str = "Our step time over Megatron-LM's, pair by pair"):
+    """`pairs(...)` as one row per pair (pair_rows: configuration and host), a dot at the ratio of
+    the two step times with its interval, one colour per launch mode, a line at 1 (equal) and the
+    ratio written at the right edge."""
+    import plotly.graph_objects as go
+
+    from megalab.charts._style import PALETTE, _figure
+
+    rows = pair_rows(p)
+    right = float(p["ratio_hi"].max()) + 0.04
+    fig = _figure(
+        title,
+        height=160 + 24 * len(p),
+        xaxis_title="our step time / Megatron-LM's (left of 1: ours faster)",
+        yaxis=dict(autorange="reversed", type="category", automargin=True),
+        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="left", x=0),
+        margin=dict(t=110),
     )
-    return fig.update_layout(xaxis_title="configuration and GPUs", legend_title_text="launch, host")
+    for i, launch in enumerate(("eager", "CUDA graphs")):
+        m = (p["launch"] == launch).to_numpy()
+        fig.add_scatter(
+            x=p["ratio"][m],
+            y=[r for r, k in zip(rows, m) if k],
+            mode="markers",
+            name=launch,
+            marker=dict(color=PALETTE[i], size=10),
+            error_x=dict(
+                type="data",
+                symmetric=False,
+                array=(p["ratio_hi"] - p["ratio"])[m],
+                arrayminus=(p["ratio"] - p["ratio_lo"])[m],
+            ),
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=[right] * len(p),
+            y=rows,
+            mode="text",
+            text=[f"{r:.2f}" for r in p["ratio"]],
+            textposition="middle right",
+            textfont=dict(size=13),
+            showlegend=False,
+            hoverinfo="skip",
+        )
+    )
+    fig.add_vline(x=1, line_dash="dash", line_color="#555555")
+    return fig.update_xaxes(range=[float(p["ratio_lo"].min()) - 0.03, right + 0.08])
 
 
 def parity_curves(stable) -> dict:
@@ -344,3 +395,50 @@ def parity_curves(stable) -> dict:
         name = describe(c.replace(impl="te"))
         out[name] = {"step": list(p.series["step"]), "loss": list(p.series["layout"])}
     return out
+
+
+def parity_gaps(pairs, title: str = "Loss minus the one-GPU loss, step by step"):
+    """Each parity layout's loss minus its one-GPU reference, step by step (`pairs`: stable_parity's
+    (RunConfig, ParityResult), Megatron Core's plain layers and Transformer Engine's together), one
+    colour per layer spec, the layout named on hover, inside the ±band (the narrowest of the pairs'
+    bands) a layout must not leave."""
+    from megalab.book.frame import describe
+    from megalab.charts._style import PALETTE, _figure
+
+    if not pairs:
+        raise LookupError("no parity layout to draw")
+    band = min(p.band for _, p in pairs)
+    steps = list(pairs[0][1].series["step"])
+    fig = _figure(
+        title,
+        xaxis_title="step",
+        yaxis_title="loss − one-GPU loss (nats)",
+        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="left", x=0),
+        margin=dict(t=100),
+    )
+    fig.add_scatter(
+        x=steps + steps[::-1],
+        y=[band] * len(steps) + [-band] * len(steps),
+        fill="toself",
+        fillcolor="rgba(31,95,168,0.12)",
+        line=dict(width=0),
+        name=f"±{band:g} nats: the band a layout must stay in",
+        hoverinfo="skip",
+    )
+    specs = {"local": "Megatron Core's plain layers", "te": "Transformer Engine layers"}
+    shown = set()
+    for c, p in pairs:
+        gap = p.series["layout"] - p.series["reference"]
+        fig.add_scatter(
+            x=p.series["step"],
+            y=gap,
+            mode="lines",
+            name=specs.get(c.impl, c.impl),
+            legendgroup=c.impl,
+            showlegend=c.impl not in shown,
+            line=dict(color=PALETTE[1 if c.impl == "te" else 0], width=1.5),
+            hovertext=describe(c.replace(impl="local")),
+            hoverinfo="text+y",
+        )
+        shown.add(c.impl)
+    return fig.update_yaxes(range=[-2 * band, 2 * band], zeroline=True)

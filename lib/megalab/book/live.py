@@ -1,0 +1,250 @@
+"""A live reproduction of one page (`megalab reproduce chNN --mode live`): which one it resumes,
+what it records (megalab.records.reproductions), what `--quick` re-measures, and how long it should
+take.
+
+    live = begin(notebook, parameters, quick=False, fresh=False)   # None in cached mode
+    print(live.estimate)                  # from the recorded start-up and step times
+    with reproduction.active(live.id):    # the notebook's kernel runs under it
+        execute(...)
+    live.end("finished")                  # or "interrupted", "failed": seconds, runs launched
+
+Resume: the same command run again after an interrupt (Ctrl-C, a crash, a killed process) takes up
+the newest unfinished reproduction of the same page, GPU count, mode and quick setting; the runs it
+measured are read back, not launched (megalab.jobs.reproduction). `fresh` starts a new one.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from megalab.records import reproductions
+
+
+def page_of(notebook) -> str:
+    """'04_context_parallel/context_parallel' for
+    book/04_context_parallel/context_parallel.ipynb."""
+    parts = Path(notebook).with_suffix("").parts
+    return "/".join(parts[1:] if parts[:1] == ("book",) else parts)
+
+
+def chapter_of(page: str) -> str | None:
+    """The chapter ('ch04') a page belongs to, or None (the planner, the hardware page, ...)."""
+    from megalab.book import chapters
+
+    try:
+        return chapters.resolve(page.split("/")[0])
+    except chapters.UnknownChapter:
+        return None
+
+
+def quick_keys(page: str, gpus: int, gpu: str = "H200") -> list[str]:
+    """The run keys a quick reproduction of `page` launches: its chapter's defining points
+    (megalab.book.chapters.defining); [] for a page of no chapter, or one that marks none."""
+    from megalab.book import chapters
+    from megalab.book.specs import keys_of
+
+    chapter = chapter_of(page)
+    if chapter is None or gpus < 1:
+        return []
+    return list(dict.fromkeys(k for item in chapters.defining(chapter, gpus) for k in keys_of(item)))
+
+
+# -- how long it should take
+# ------------------------------------------------------------------------
+def run_seconds(record: dict) -> float | None:
+    """What a recorded run cost from launch to exit, as far as recorded: its start-up (launch to
+    first step) plus every step it timed; None when it recorded neither."""
+    summary, steps = record.get("summary") or {}, (record.get("series") or {}).get("step_time_s")
+    timed = [t for t in steps or () if t is not None]
+    if summary.get("startup_s") is None and not timed:
+        return None
+    return (summary.get("startup_s") or 0.0) + sum(timed)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The time a live reproduction should take: full and quick, in seconds, from the recorded runs
+    (`counted` of its `runs` runs and searches have a record to cost them; the others are left
+    out)."""
+
+    page: str
+    gpus: int
+    gpu: str
+    full_s: float
+    quick_s: float
+    runs: int
+    counted: int
+    quick_runs: int
+    done: int = 0  # runs this reproduction measured already (read back, not counted)
+
+    def __str__(self) -> str:
+        left = f", {self.done} already measured by this reproduction" if self.done else ""
+        return (
+            f"{self.page} on {self.gpus} GPU(s): about {self.full_s / 60:.0f} min to finish in "
+            f"full, {self.quick_s / 60:.0f} min with --quick ({self.quick_runs} runs); from the "
+            f"start-up and step times recorded on {self.gpu} for {self.counted} of its "
+            f"{self.runs} runs and searches (the others have no record: not counted){left}"
+        )
+
+
+def estimate(
+    page: str, gpus: int, gpu: str = "H200", store=None, reproduction: str | None = None
+) -> Estimate | None:
+    """How long a live reproduction of `page` should take on `gpus` GPUs of model `gpu`: the
+    recorded cost (run_seconds, the newest record on that GPU model) of each run its chapter
+    launches on them, summed, full and quick; a search (Fit) costs the probes recorded in its
+    window. Runs that `reproduction` already measured are left out. None for a page of no
+    chapter."""
+    from megalab.book import chapters
+    from megalab.book.specs import items, keys_of
+
+    chapter = chapter_of(page)
+    if chapter is None or gpus < 1:
+        return None
+    # what runs here: a run wider than the machine is answered by its reference record
+    asked = [i for i in items(chapters.runs(chapter, gpus)) if getattr(i, "cfg", i).gpus <= gpus]
+    cost = recorded_costs(store, gpu)
+    quick = set(quick_keys(page, gpus, gpu))
+    done = set()
+    if reproduction is not None:
+        tag = reproductions.tag(reproduction)
+        done = {r.get("key") for r in cost.store.load("run", tag=tag)}
+    keys = {k: None for i in asked for k in keys_of(i)}  # each run once, in order
+    todo = [k for k in keys if k not in done]
+    return Estimate(
+        page=page,
+        gpus=gpus,
+        gpu=gpu,
+        full_s=sum(cost.get(k, 0.0) for k in todo),
+        quick_s=sum(cost.get(k, 0.0) for k in todo if k in quick),
+        runs=len(asked),
+        counted=sum(any(k in cost for k in keys_of(i)) for i in asked),
+        quick_runs=len(quick & set(keys)),
+        done=len(done & set(keys)),
+    )
+
+
+class _Costs(dict):
+    """Run key -> seconds (run_seconds) of its newest costed record; `store` the store read."""
+
+    store: object
+
+
+def recorded_costs(store=None, gpu: str = "H200") -> _Costs:
+    """Run key -> what its newest record on GPU model `gpu` cost (run_seconds), retracted records
+    (errata) aside: one pass over the store."""
+    from megalab.records.store import as_store, same_gpu_model
+
+    out = _Costs()
+    out.store = as_store(store)
+    retracted = set(out.store.errata())
+    newest: dict[str, tuple] = {}
+    for n, r in enumerate(out.store.load("run")):
+        if r.get("id") in retracted or not same_gpu_model((r.get("env") or {}).get("gpu_name"), gpu):
+            continue
+        seconds = run_seconds(r)
+        when = (r.get("recorded_at") or "", n)
+        if seconds is not None and when >= newest.get(r.get("key"), (("", -1),))[0]:
+            newest[r.get("key")] = (when, seconds)
+    out.update({k: s for k, (_, s) in newest.items()})
+    return out
+
+
+# -- one reproduction
+# -------------------------------------------------------------------------------
+@dataclass
+class Live:
+    """One execution of a live reproduction of a page (begin makes it; end records how it ended)."""
+
+    id: str
+    page: str
+    gpus: int
+    mode: str
+    quick: bool
+    env: dict
+    store: object
+    read_back: int  # runs it measured before this execution: read back, not launched
+    resumed: bool
+    t0: float
+
+    def measured(self) -> int:
+        """How many runs this reproduction has recorded so far."""
+        return len(self.store.load("run", tag=reproductions.tag(self.id)))
+
+    def end(self, event: str) -> dict:
+        """Record how this execution ended ("finished", "interrupted" or "failed"), its seconds and
+        the runs it launched and read back."""
+        record = reproductions.make(
+            self.id,
+            self.page,
+            self.gpus,
+            self.mode,
+            event,
+            self.env,
+            quick=self.quick,
+            seconds=time.perf_counter() - self.t0,
+            launched=self.measured() - self.read_back,
+            read_back=self.read_back,
+        )
+        return self.store.append(record)
+
+
+def begin(notebook, parameters: dict, quick: bool = False, fresh: bool = False, store=None):
+    """Start (or resume) the live reproduction of a notebook executed with `parameters`; None when
+    it measures nothing (mode cached). The started record is appended for a new one."""
+    from megalab.machine.env import local_gpus
+    from megalab.records.schema import utc_now
+    from megalab.records.store import as_store
+
+    mode = parameters.get("mode")
+    if mode not in reproductions.MODES:
+        return None
+    store = as_store(store)
+    gpu_name, count = local_gpus()
+    gpus = int(parameters.get("gpus") or count)
+    env = {"gpu_name": gpu_name, "gpu_count": count}
+    page = page_of(notebook)
+    found = None if fresh else reproductions.unfinished(page, gpus, mode, quick, store)
+    live = Live(
+        id=found or reproductions.new_id(page, gpus, utc_now()),
+        page=page,
+        gpus=gpus,
+        mode=mode,
+        quick=quick,
+        env=env,
+        store=store,
+        read_back=0,
+        resumed=found is not None,
+        t0=time.perf_counter(),
+    )
+    if found is None:
+        keys = quick_keys(page, gpus) if quick else []
+        store.append(
+            reproductions.make(
+                live.id, page, gpus, mode, "started", env, quick=quick, quick_keys=keys
+            )
+        )
+    live.read_back = live.measured()
+    return live
+
+
+def add_args(p) -> None:
+    """--quick, --resume and --fresh (the options of a live reproduction) on a parser."""
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="live: re-measure only each figure's defining points (the rest from the records)",
+    )
+    how = p.add_mutually_exclusive_group()
+    how.add_argument(
+        "--resume",
+        action="store_true",
+        help="live: go on with the unfinished reproduction of the page, if any (the default)",
+    )
+    how.add_argument(
+        "--fresh",
+        action="store_true",
+        help="live: start a new reproduction, re-measuring the runs an unfinished one made",
+    )

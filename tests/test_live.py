@@ -1,0 +1,211 @@
+"""book/live.py and jobs/reproduction.py: a live reproduction resumes where it stopped, records how
+long it took, re-measures only the defining points with --quick, and estimates its time from the
+records. Launches are faked (launch.launch), as in test_results; papermill runs the "notebook" in
+this process so the fake reaches it."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from megalab import metrics
+from megalab.book import live, reproduce
+from megalab.jobs import launch, reproduction
+from megalab.jobs import running as results
+from megalab.jobs.launch import RunOutcome
+from megalab.records import reproductions
+from megalab.records.store import Store
+
+from run_records import CFG
+from run_records import record as _record
+
+SEQS = (512, 1024, 2048, 4096)  # the notebook's runs, in order
+PAGE = "00_know_your_machine/know"
+
+
+def _steps(n=5):
+    return [{"kind": "step", "step": i, "loss": 9.0 - i, "step_time_s": 0.5} for i in range(n)]
+
+
+@pytest.fixture
+def book(tmp_path, monkeypatch):
+    """A one-page book whose notebook runs CFG at each of SEQS through megalab.run; returns
+    (root, launches): the seq of every launch, and a setter for the launch that is interrupted."""
+    import papermill
+
+    (tmp_path / "results").mkdir()
+    monkeypatch.setenv("MEGALAB_RESULTS", str(tmp_path / "results"))
+    (tmp_path / "_toc.yml").write_text(
+        "format: jb-book\nroot: book/intro\nchapters:\n  - file: book/00_know_your_machine/know\n"
+    )
+    (tmp_path / "book/00_know_your_machine").mkdir(parents=True)
+    (tmp_path / "book/00_know_your_machine/know.ipynb").write_text("{}")
+    monkeypatch.setattr("megalab.machine.env.local_gpus", lambda: ("NVIDIA H200", 2))
+    monkeypatch.setattr(results, "_local_hardware", lambda: ("NVIDIA H200", 2, True))
+    launches, stop = [], {"at": None}
+
+    def fake_launch(cfg, **kw):
+        launches.append(cfg.seq)
+        if len(launches) == stop["at"]:
+            raise KeyboardInterrupt  # the reader's Ctrl-C while this run trains
+        summary = {"startup_s": 20.0}
+        return RunOutcome("ok", None, metrics.Parsed(None, _steps(), summary), None, 0)
+
+    def execute_notebook(src, out, parameters, **kw):
+        for seq in SEQS:
+            results.run(CFG.replace(seq=seq), parameters["mode"], quiet=True)
+        Path(out).write_text(json.dumps({"cells": [], "metadata": {}}))
+
+    monkeypatch.setattr(launch, "launch", fake_launch)
+    monkeypatch.setattr(papermill, "execute_notebook", execute_notebook)
+    monkeypatch.setattr(results, "_predict", lambda cfg, gpu: {})
+    return tmp_path, launches, stop
+
+
+def test_an_interrupted_reproduction_goes_on_where_it_stopped(book, capsys):
+    root, launches, stop = book
+    stop["at"] = 3  # Ctrl-C during the third run
+    assert reproduce.reproduce(["00"], mode="live", force=True, root=root) == 130
+    assert launches == [512, 1024, 2048]
+    launches.clear()
+    stop["at"] = None
+    assert reproduce.reproduce(["00"], mode="live", force=True, root=root) == 0
+    assert launches == [2048, 4096]  # the two measured before the interrupt are read back
+    assert "resuming 00_know_your_machine/know.2gpu." in capsys.readouterr().err
+    ends = [r for r in reproductions.load() if r["event"] != "started"]
+    assert [(r["event"], r["launched"], r["read_back"]) for r in ends] == [
+        ("interrupted", 2, 0),
+        ("finished", 2, 2),
+    ]
+    assert len({r["reproduction"] for r in reproductions.load()}) == 1
+    took = reproductions.wall_time(PAGE, gpus=2)
+    assert took.measured and took.seconds == pytest.approx(sum(r["seconds"] for r in ends))
+    assert (took.launched, took.executions, took.gpu_name) == (4, 2, "NVIDIA H200")
+    assert reproductions.wall_time("00_know_your_machine").seconds == took.seconds  # the chapter
+    # finished: the same command starts a new reproduction, --fresh too
+    launches.clear()
+    assert reproduce.reproduce(["00"], mode="live", force=True, root=root, fresh=True) == 0
+    assert launches == list(SEQS)
+
+
+def test_fresh_starts_over_an_unfinished_reproduction(book):
+    root, launches, stop = book
+    stop["at"] = 2
+    assert reproduce.reproduce(["00"], mode="live", force=True, root=root) == 130
+    launches.clear()
+    stop["at"] = None
+    assert reproduce.reproduce(["00"], mode="live", force=True, root=root, fresh=True) == 0
+    assert launches == list(SEQS)
+
+
+def test_a_cached_reproduction_records_nothing(book):
+    root, launches, _ = book
+    Store().append(_record(CFG.replace(seq=512)))  # one answer; the others are not recorded
+    reproduce.reproduce(["00"], mode="cached", root=root)
+    assert launches == [] and reproductions.load() == []
+
+
+def test_repeats_of_one_configuration_each_get_their_own_record(tmp_path):
+    store = Store(tmp_path)
+    tag = reproductions.tag("r1")
+    first = store.append(_record(tags=[tag], at="2025-01-01T00:00:00Z"))
+    second = store.append(_record(tags=[tag], at="2025-01-02T00:00:00Z"))
+    store.append(_record(at="2025-01-03T00:00:00Z"))  # not this reproduction's
+    within = reproduction.Context("r1")
+    assert within.measured(CFG, store)["id"] == first["id"]  # oldest first
+    assert within.measured(CFG, store)["id"] == second["id"]
+    assert within.measured(CFG, store) is None  # a third repeat is launched
+
+
+def test_quick_launches_only_the_defining_points(tmp_path, monkeypatch):
+    store = Store(tmp_path)
+    reference = store.append(_record(CFG.replace(seq=512)))
+    env = {"gpu_name": "NVIDIA H200", "gpu_count": 2}
+    keys = [CFG.replace(seq=1024).key]
+    store.append(
+        reproductions.make("q", "p", 2, "live", "started", env, quick=True, quick_keys=keys)
+    )
+    launched = []
+    monkeypatch.setattr(results, "_local_hardware", lambda: ("NVIDIA H200", 2, True))
+    monkeypatch.setattr(results, "_live", lambda cfg, *a, **k: launched.append(cfg.seq))
+    with reproduction.active("q"):
+        assert results.run(CFG.replace(seq=512), "live", store=store).record == reference
+        results.run(CFG.replace(seq=1024), "live", store=store, quiet=True)
+        results.run(CFG.replace(seq=2048), "live", store=store, quiet=True)  # nothing recorded
+        store.append(_record(CFG.replace(seq=1024)))  # the book's record, on this GPU model
+        results.run(CFG.replace(seq=1024), "auto", store=store, quiet=True)  # measured again
+    assert launched == [1024, 2048, 1024]
+    assert reproduction.current() is None  # outside the block, nothing changes
+
+
+def test_the_chapters_defining_points_carry_their_settings():
+    from megalab.book import chapters
+
+    assert live.quick_keys("planner", 2) == []
+    keys = live.quick_keys("04_context_parallel/context_parallel", 2)
+    every = {c.key for c in chapters.runs("ch04", 2)["seq_1gpu"]} | {
+        c.key for rs in chapters.runs("ch04", 2)["comm"].values() for c in rs
+    }
+    assert keys and set(keys) < every | {c.key for c in chapters.runs("ch04", 2)["strong"]}
+    assert set(live.quick_keys("01_data_parallel/data_parallel", 4)) >= {
+        c.key for c in chapters.runs("ch01", 4)["weak"]
+    }
+
+
+def test_the_estimate_sums_recorded_start_up_and_steps(tmp_path):
+    from megalab.book import chapters, specs
+
+    store = Store(tmp_path)
+    one = chapters.runs("ch04", 2)["seq_1gpu"][2]  # 8k tokens: a defining point
+    other = chapters.runs("ch04", 2)["seq_1gpu"][0]  # 2k: not one
+    for cfg in (one, other):
+        store.append({**_record(cfg), "summary": {"startup_s": 30.0, "step_time_s": 0.5}})
+    est = live.estimate("04_context_parallel/context_parallel", 2, store=store)
+    each = 30.0 + 6 * 0.5  # start-up plus the six recorded steps
+    assert est.counted == 2 and est.full_s == pytest.approx(2 * each)
+    asked = [i for i in specs.items(chapters.runs("ch04", 2)) if getattr(i, "cfg", i).gpus <= 2]
+    assert est.runs == len(asked)  # the CP 4 parity runs on four GPUs: not here
+    assert est.quick_s == pytest.approx(each) and "2 of its" in str(est)
+    assert live.estimate("planner", 2, store=store) is None
+
+
+def test_wall_time_is_never_made_up(tmp_path):
+    took = reproductions.wall_time("04_context_parallel", gpus=4, store=tmp_path)
+    assert not took.measured and took.seconds is None and "not yet measured" in str(took)
+
+
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        ({"mode": "cached"}, "mode='cached'"),
+        ({"seconds": -1.0}, "seconds=-1.0"),
+        ({"event": "finished", "seconds": None}, "needs its seconds"),
+        ({"gpus": True}, "field 'gpus'"),
+        ({"launched": -2}, "launched=-2"),
+    ],
+)
+def test_a_bad_reproduction_record_is_refused_early(change, says):
+    env = {"gpu_name": "NVIDIA H200", "gpu_count": 2}
+    args = {"mode": "live", "event": "finished", "seconds": 1.0, "gpus": 2, **change}
+    with pytest.raises(reproductions.InvalidReproduction, match=says.replace("(", r"\(")):
+        reproductions.make(
+            "r", "p", args.pop("gpus"), args.pop("mode"), args.pop("event"), env, **args
+        )
+
+
+def test_the_store_keeps_reproductions_apart_and_imports_them(tmp_path):
+    from megalab.records import record_problems
+
+    env = {"gpu_name": "NVIDIA H200", "gpu_count": 2}
+    rec = reproductions.make("r", "p", 2, "live", "finished", env, seconds=3.0, launched=1)
+    assert record_problems(rec) == []
+    Store(tmp_path / "a").append(rec)
+    assert (tmp_path / "a" / "reproductions.jsonl").exists()
+    assert not (tmp_path / "a" / "runs.jsonl").exists()
+    assert Store(tmp_path / "b").import_records(tmp_path / "a" / "reproductions.jsonl") == 1
+    assert reproductions.load(tmp_path / "b")[0]["seconds"] == 3.0
+    (tmp_path / "c.jsonl").write_text(json.dumps({**rec, "seconds": "3"}) + "\n")
+    from megalab.records.store import ImportRefused
+
+    with pytest.raises(ImportRefused, match="seconds"):
+        Store(tmp_path / "b").import_records(tmp_path / "c.jsonl")
