@@ -96,3 +96,16 @@ def _tp_vs_dp_group(small, ts: list) -> dict:
     tps = [dp.replace(tp=t, dist_opt=t < top) for t in ts if t > 1]
     tps = [c.replace(mbs=largest_mbs_within(c, budget)) for c in tps]
     return {"tp_vs_dp": Group("ch02.tp-vs-dp", [dp, *tps], profiled=len(tps))}
+
+
+def defining(gpus: int = 4, iters: int = ITERS) -> list:
+    """The points that define the chapter's figures, re-measured by a quick reproduction beside the
+    reference: weak and strong scaling (each degree), the widest layout's loss parity, and one
+    round of the TP-against-DP comparison group with its CUDA graphs."""
+    r = runs(gpus, iters)
+    return [
+        *r["weak"],
+        *r["strong"],
+        *r["parity"][-1:],
+        *[g for n, g in r["groups"].items() if n == "tp_vs_dp"],
+    ]

@@ -308,3 +308,23 @@ def pending(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
         ]
         + [_stable(t) for t in tops if t not in RECORDED_SP_PARITY],
     }
+
+
+def defining(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> list:
+    """The points that define the chapter's figures, re-measured by a quick reproduction beside the
+    reference: the measured memory points (per layer on one GPU, with Transformer Engine, and at the
+    widest TP with and without SP), the first loss parity, and one round of the SP-against-full-
+    recompute comparison group with its CUDA graphs."""
+    r = runs(gpus, iters, gpu)
+    tp = (
+        r["per_layer_tp"][max(k for k in r["per_layer_tp"] if k <= gpus)]
+        if r["per_layer_tp"]
+        else {}
+    )
+    return [
+        *r["per_layer"]["te"],
+        *tp.get("tp", ()),
+        *tp.get("tp_sp", ()),
+        *r["parity"][:1],
+        *[g for n, g in r["groups"].items() if n == "sp_vs_full"],
+    ]

@@ -231,3 +231,12 @@ def _without(value, done: set):
         kept = [_without(v, done) for v in value]
         return [v for v in kept if v not in ({}, [])]
     return value if (type(value).__name__, getattr(value, "cfg", value).key) not in done else []
+
+
+def defining(gpus: int = 2, iters: int = ITERS) -> list:
+    """The points that define the chapter's figures, re-measured by a quick reproduction beside the
+    reference: the bubble at the widest pipeline (each micro-batch count), the first loss parity,
+    and one round of the interleaving comparison group with its CUDA-graph settings."""
+    r = runs(gpus, iters)
+    bubble = r["bubble"][max(k for k in r["bubble"] if k <= gpus)] if r["bubble"] else []
+    return [*bubble, *r["parity"][:1], *[g for n, g in r["groups"].items() if n == "vpp"]]

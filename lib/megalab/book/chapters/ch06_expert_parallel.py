@@ -231,3 +231,17 @@ def pending(gpus: int = 2, iters: int = ITERS, recorded: bool = False) -> dict:
 def _split(plan: dict, queued) -> tuple[dict, dict]:
     """(recorded, queued): the layout keys `queued` names go to the second."""
     return {k: v for k, v in plan.items() if k not in queued}, {k: plan[k] for k in queued}
+
+
+def defining(gpus: int = 2, iters: int = ITERS) -> list:
+    """The points that define the chapter's figures, re-measured by a quick reproduction beside the
+    reference: DP against EP at the widest layout, the first loss parity, and one round of the EP
+    comparison group with its CUDA-graph settings."""
+    r = runs(gpus, iters)
+    top = r["layouts"][max(k for k in r["layouts"] if k <= gpus)] if r["layouts"] else {}
+    return [
+        *top.get("dp", ()),
+        *top.get("ep", ()),
+        *r["parity"][:1],
+        *[g for n, g in r["groups"].items() if n == "ep"],
+    ]

@@ -275,3 +275,10 @@ def pending(gpus: int = 2, iters: int = ITERS) -> dict:
 def _iters(name: str, iters: int) -> int:
     """The case's own iterations where it sets fewer (the long-context steps), else `iters`."""
     return min(iters, CASES[name].iters)
+
+
+def defining(gpus: int = 2, iters: int = ITERS) -> list:
+    """The points that define the chapter's figures, re-measured by a quick reproduction beside the
+    reference: each case's best-predicted layout on this machine."""
+    cases = runs(gpus, iters)["cases"]
+    return [case["top1"] for case in cases.values()]

@@ -1,0 +1,32 @@
+"""Each chapter marks the runs that define its figures (`defining`): a quick live reproduction
+re-measures only those, and the recorded start-up and step times say it fits in 10 minutes on
+four GPUs."""
+
+import pytest
+
+from megalab.book import chapters, live, specs
+
+PAGES = {
+    "ch01": "01_data_parallel/data_parallel",
+    "ch02": "02_tensor_parallel/tensor_parallel",
+    "ch03": "03_sequence_parallel/sequence_parallel",
+    "ch04": "04_context_parallel/context_parallel",
+    "ch05": "05_pipeline_parallel/pipeline_parallel",
+    "ch06": "06_expert_parallel/expert_parallel",
+    "ch07": "07_choosing_a_layout/choosing_a_layout",
+}
+
+
+@pytest.mark.parametrize("chapter", sorted(PAGES))
+@pytest.mark.parametrize("gpus", [2, 4])
+def test_the_quick_set_is_some_of_the_chapters_runs(chapter, gpus):
+    keys = live.quick_keys(PAGES[chapter], gpus)
+    r = chapters.runs(chapter, gpus)
+    every = {k for item in (*specs.items(r), *specs.groups(r)) for k in specs.keys_of(item)}
+    assert keys and set(keys) <= every, chapter
+
+
+@pytest.mark.parametrize("chapter", sorted(PAGES))
+def test_a_quick_chapter_takes_at_most_ten_minutes_on_four_gpus(chapter):
+    est = live.estimate(PAGES[chapter], 4)  # from the committed records
+    assert est.quick_runs > 0 and est.quick_s <= 10 * 60, str(est)
