@@ -145,7 +145,8 @@ class WallTime:
         if not self.measured:
             return (
                 f"{self.page}: not yet measured live on {gpus} (`megalab reproduce "
-                f"{self.page.split('/')[0]} --mode live` records it)"
+                f"{self.page.split('/')[0]} --mode live{' --quick' if self.quick else ''}` records "
+                "it)"
             )
         how = "quick" if self.quick else "full"
         runs = f"{self.launched} run(s) launched, {self.read_back} read back"
