@@ -356,3 +356,11 @@ def test_experiments_take_every_spelling_of_a_chapter(capsys):
         assert cli.main(["experiments", name]) == 0
         outputs.append(capsys.readouterr().out)
     assert outputs[0] and all(out == outputs[0] for out in outputs)
+
+
+def test_every_command_prints_its_help():
+    """argparse formats help strings with %: a '%' in a field's doc must not crash `--help`."""
+    parser = cli.build_parser()
+    assert "run" in parser.commands
+    for name, sub in parser.commands.items():
+        assert sub.format_help().startswith("usage: megalab " + name), name

@@ -76,7 +76,7 @@ def add_config_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "(megalab presets shows their shapes)",
     )
     for f in _FIELDS:
-        doc = f.metadata["doc"]
+        doc = f.metadata["doc"].replace("%", "%%")  # argparse formats help with %: "±2%" is text
         if f.name in _OFF_FLAGS:
             g.add_argument(
                 _flag(f.name),
