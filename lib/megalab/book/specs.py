@@ -17,6 +17,7 @@ from megalab.runs.config import RunConfig
 from megalab.runs.flags import config_to_args
 
 __all__ = [
+    "llama_350m",
     "items",
     "groups",
     "lessons",
@@ -40,6 +41,22 @@ ITERS = 20
 PARITY_ITERS = 50  # steps per loss-parity run
 # steps per run of a comparison group: 37 timed, 74 per configuration over two rounds
 GROUP_ITERS = 40
+
+
+def llama_350m(**fields) -> RunConfig:
+    """The Llama-style gpt-350m (RoPE, RMSNorm, SwiGLU, untied) at lr 1e-4 of the book's strict
+    loss-parity records: it trains without spikes (see the performance page); `fields` set the
+    layout."""
+    from megalab.runs import presets
+
+    return presets.get("gpt-350m").replace(
+        tied_embeddings=False,
+        position="rope",
+        norm="RMSNorm",
+        activation="swiglu",
+        lr=1e-4,
+        **fields,
+    )
 
 
 def degrees(gpus: int) -> list[int]:

@@ -25,6 +25,7 @@ from megalab.book.specs import (
     Parity,
     Profiled,
     degrees,
+    llama_350m,
 )
 
 LAYERS = (4, 8)  # two depths: their difference is what one layer keeps
@@ -109,22 +110,7 @@ def _one(iters: int):
 def _stable(t: int, **kw) -> Parity:
     """The Llama-style gpt-350m at lr 1e-4 (it trains without spikes; see the performance page), TP
     t + SP."""
-    return Parity(
-        presets.get("gpt-350m").replace(
-            tied_embeddings=False,
-            position="rope",
-            norm="RMSNorm",
-            activation="swiglu",
-            lr=1e-4,
-            mbs=4,
-            gbs=16,
-            iters=PARITY_ITERS,
-            gpus=t,
-            tp=t,
-            sp=True,
-            **kw,
-        )
-    )
+    return Parity(llama_350m(mbs=4, gbs=16, iters=PARITY_ITERS, gpus=t, tp=t, sp=True, **kw))
 
 
 def _recompute_tp(t: int, iters: int, recompute: str):

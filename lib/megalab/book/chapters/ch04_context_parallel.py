@@ -25,6 +25,7 @@ from megalab.book.specs import (
     Parity,
     Profiled,
     degrees,
+    llama_350m,
 )
 
 SEQS = (2048, 4096, 8192, 16384, 32768, 65536)  # one GPU, up to the out-of-memory point
@@ -83,20 +84,7 @@ def _parity(gpus: int, cp_comm: str, seq: int = 4096, iters: int = 50) -> Parity
     """CP against one GPU: Llama-style gpt-350m (RoPE, RMSNorm, SwiGLU, untied), lr 1e-4, global
     batch 8."""
     return Parity(
-        presets.get("gpt-350m").replace(
-            tied_embeddings=False,
-            position="rope",
-            norm="RMSNorm",
-            activation="swiglu",
-            lr=1e-4,
-            seq=seq,
-            mbs=1,
-            gbs=8,
-            iters=iters,
-            gpus=gpus,
-            cp=gpus,
-            cp_comm=cp_comm,
-        )
+        llama_350m(seq=seq, mbs=1, gbs=8, iters=iters, gpus=gpus, cp=gpus, cp_comm=cp_comm)
     )
 
 

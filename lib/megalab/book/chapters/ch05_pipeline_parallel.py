@@ -38,6 +38,7 @@ from megalab.book.specs import (
     Profiled,
     degrees,
     items,
+    llama_350m,
 )
 
 MODEL = "gpt-8.3b"  # 72 layers: 36 per stage at PP 2, 18 at PP 4, 9 at PP 8
@@ -86,17 +87,7 @@ def _one_stage(p: int, iters: int) -> list:
 
 def _llama_350m():
     """The Llama-style gpt-350m of the book's strict parity records (local spec, lr 1e-4)."""
-    return presets.get("gpt-350m").replace(
-        tied_embeddings=False,
-        position="rope",
-        norm="RMSNorm",
-        activation="swiglu",
-        lr=1e-4,
-        mbs=4,
-        gbs=16,
-        iters=PARITY_ITERS,
-        impl="local",
-    )
+    return llama_350m(mbs=4, gbs=16, iters=PARITY_ITERS, impl="local")
 
 
 def _plan(gpus: int = 2, iters: int = ITERS) -> dict:
