@@ -21,6 +21,7 @@ import uuid
 from dataclasses import dataclass
 
 from megalab.records.schema import (
+    REPRODUCTION_PREFIX,
     REPRODUCTION_EVENTS as EVENTS,
     REPRODUCTION_MODES as MODES,  # noqa: F401  (re-exported: which modes are recorded)
     SCHEMA,
@@ -30,7 +31,7 @@ from megalab.records.schema import (
 
 KIND = "reproduction"
 ENDS = EVENTS[1:]
-TAG_PREFIX = "reproduction:"
+TAG_PREFIX = REPRODUCTION_PREFIX
 
 
 class InvalidReproduction(ValueError):
