@@ -259,7 +259,8 @@ def test_against_dp_table_reads_the_group(against_dp):
     assert t["tp_gb"].iloc[0] == 0 and t["dp_gb"].iloc[-1] == 0  # DP 4 no TP; TP 4 no DP
     assert t["tp_ms"].iloc[-1] == pytest.approx(t["tp_gb"].iloc[-1] / 250.0 * 1e3)
     assert t.attrs["profiled"] == against_dp.index[-1] and t.attrs["gpu_busy"] > 0.7
-    assert against.table(against_dp, busbw={2: 200.0, 4: 250.0})["measured_gib"].isna().all()
+    own = against.table(against_dp, busbw={2: 200.0, 4: 250.0})["measured_gib"]  # the group's
+    assert list(own) == list(against_dp["peak_gib"]) and own.notna().all()
 
 
 def test_split_counts_overlapping_compute_once():

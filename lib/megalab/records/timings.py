@@ -428,7 +428,8 @@ def group(store, name: str, gpu_model: str, reproduction: str | None = None):
     `cfg`; `runs`; `median_ms`, the median of every step after warm-up of all its runs, `lo_ms` to
     `hi_ms` its 95% interval (median_interval) and `half` the interval's half-width over the median;
     `wide` where `half` > TIGHT (draw the spread, or record more rounds); `run_ms`, each run's
-    median (the run-to-run spread); `mfu` at the median; `gpu_busy` on the profiled configuration's
+    median (the run-to-run spread); `mfu` at the median; `peak_gib` the runs' median peak reserved
+    memory per GPU; `gpu_busy` on the profiled configuration's
     row, its profiled step's GPU-busy time (profiles.gpu_busy) over the median step. attrs: name,
     host, commit, gpu_busy, profiled (the label), wide (the labels flagged). `reproduction` as for
     group_runs."""
@@ -440,12 +441,14 @@ def group(store, name: str, gpu_model: str, reproduction: str | None = None):
     timed, profiled = group_runs(store, name, gpu_model, reproduction)
     rows = {}
     for cfg, r in timed:
-        row = rows.setdefault(loose_key(cfg), {"cfg": cfg, "steps": [], "run_ms": []})
+        row = rows.setdefault(loose_key(cfg), {"cfg": cfg, "steps": [], "run_ms": [], "peaks": []})
         row["steps"] += _steps_ms(r)
+        row["peaks"].append(r["summary"].get("mem_reserved_peak_gib"))
         row["run_ms"].append(float(np.median(_steps_ms(r) or [1e3 * r["summary"]["step_time_s"]])))
     out = []
     for row in rows.values():
         steps = row.pop("steps") or row["run_ms"]
+        peaks = [p for p in row.pop("peaks") if p is not None]
         med = float(np.median(steps))
         lo, hi = median_interval(steps)
         out.append(
@@ -457,6 +460,7 @@ def group(store, name: str, gpu_model: str, reproduction: str | None = None):
                 "hi_ms": hi,
                 "half": max(hi - med, med - lo) / med,
                 "mfu": theory.mfu(row["cfg"], med / 1e3, gpu_model),
+                "peak_gib": float(np.median(peaks)) if peaks else np.nan,
             }
         )
     df = pd.DataFrame(out, index=[row["cfg"].label for row in out])

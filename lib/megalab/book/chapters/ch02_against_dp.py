@@ -29,10 +29,11 @@ def table(g, results=(), busbw: dict | None = None):
     """Group `g` (timings.group of ch02.tp-vs-dp), one row per layout, DP first: layout (label),
     tp, mbs, median_ms, lo_ms, hi_ms, interval (in words), tokens_s (the global batch's tokens over
     the median step), mfu, gib (theory's memory per GPU), measured_gib (peak reserved of the run of
-    `results`, Results, with that configuration; NaN without one), tp_gb and dp_gb (GB each GPU
-    sends per step in TP all-reduces of activations, and in DP's gradient reduction and weight
-    gathering), tp_ms (the TP bytes over the all-reduce bus bandwidth: ch02_analysis.predicted).
-    attrs: budget_gib (the DP row's theory memory), gpu_busy and profiled (g's)."""
+    `results`, Results, with that configuration; without them, the group's own runs' peak_gib),
+    tp_gb and dp_gb (GB each GPU sends per step in TP all-reduces of activations, and in DP's
+    gradient reduction and weight gathering), tp_ms (the TP bytes over the all-reduce bus bandwidth:
+    ch02_analysis.predicted). attrs: budget_gib (the DP row's theory memory), gpu_busy and profiled
+    (g's)."""
     import numpy as np
 
     from megalab import theory
@@ -53,7 +54,8 @@ def table(g, results=(), busbw: dict | None = None):
     out["interval"] = interval_text(out["lo_ms"], out["hi_ms"])
     out["tokens_s"] = [c.gbs * c.seq / (ms / 1e3) for c, ms in zip(cfgs, out["median_ms"])]
     out["mfu"] = rows["mfu"].to_numpy()
-    out["measured_gib"] = [peaks.get(loose_key(c), np.nan) for c in cfgs]
+    own = rows["peak_gib"] if "peak_gib" in rows else [np.nan] * len(cfgs)
+    out["measured_gib"] = [peaks.get(loose_key(c), p) for c, p in zip(cfgs, own)]
     out["dp_gb"] = [theory.comm_bytes_per_step(c)["dp"] / 1e9 for c in cfgs]
     out.attrs.update(
         budget_gib=float(out["gib"].iloc[0]),
