@@ -219,3 +219,22 @@ def test_the_store_keeps_reproductions_apart_and_imports_them(tmp_path):
 
     with pytest.raises(ImportRefused, match="seconds"):
         Store(tmp_path / "b").import_records(tmp_path / "c.jsonl")
+
+
+def test_a_quick_wall_time_counts_only_for_todays_defining_points(tmp_path):
+    store = Store(tmp_path)
+    page = "04_context_parallel/context_parallel"
+    env = {"gpu_name": "NVIDIA H200", "gpu_count": 4}
+    for rid, keys in (("old", ["k1"]), ("new", live.quick_keys(page, 4))):
+        store.append(
+            reproductions.make(rid, page, 4, "auto", "started", env, True, quick_keys=keys)
+        )
+        store.append(reproductions.make(rid, page, 4, "auto", "finished", env, True, seconds=60.0))
+    assert (
+        reproductions.wall_time("04_context_parallel", None, quick=True, store=store).seconds == 60
+    )
+    took = live.wall_time("04_context_parallel", None, quick=True, store=store)
+    assert took.measured and took.executions == 1
+    store.append(reproductions.make("x", page, 4, "auto", "started", env, True, quick_keys=["k"]))
+    store.append(reproductions.make("x", page, 4, "auto", "finished", env, True, seconds=9.0))
+    assert live.wall_time("04_context_parallel", None, quick=True, store=store).seconds == 60

@@ -258,3 +258,15 @@ def add_args(p) -> None:
         action="store_true",
         help="live: start a new reproduction, re-measuring the runs an unfinished one made",
     )
+
+
+def wall_time(page: str, gpus: int | None = None, quick: bool = False, store=None):
+    """reproductions.wall_time of `page`; a quick one counts only where it re-measured the points
+    its chapter defines today (quick_keys): a figure given new defining points has no quick time
+    until it is reproduced again."""
+    current = (
+        (lambda r: list(r.get("quick_keys") or []) == quick_keys(r["page"], r["gpus"]))
+        if quick
+        else None
+    )
+    return reproductions.wall_time(page, gpus, quick=quick, store=store, current=current)
