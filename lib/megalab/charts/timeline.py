@@ -48,6 +48,12 @@ def _add_spans(fig: go.Figure, spans: list[dict], kinds: list, unit: str, **bar)
 
 
 KERNEL_KINDS = ("gemm", "attention", "other", "nccl")  # kernel_timeline's colours, in this order
+KERNEL_WORDS = {  # kernel_timeline(words=True): the legend in words
+    "gemm": "matrix multiplies (GEMM)",
+    "attention": "attention",
+    "other": "other kernels (norms, element-wise, optimizer)",
+    "nccl": "NCCL communication",
+}
 MAIN, SIDE_NCCL, SIDE_COMPUTE = "main stream", "other streams: NCCL", "other streams: compute"
 
 
@@ -69,12 +75,15 @@ def _stream_kinds(rows: list[dict]) -> dict:
     }
 
 
-def kernel_timeline(profile: dict, title: str = "GPU kernels of one training step") -> go.Figure:
+def kernel_timeline(
+    profile: dict, title: str = "GPU kernels of one training step", words: bool = False
+) -> go.Figure:
     """The kernels of one profiled step (a record's `profile.timeline`) coloured by kind, on one row
     per kind of CUDA stream (_stream_kinds: the main stream, the other streams that mostly run NCCL,
     the other compute streams; the stream id is in each kernel's hover): where communication runs,
     and whether it overlaps compute on another stream. The time axis spans the step, from its first
-    kernel to the end of its last."""
+    kernel to the end of its last. `words`: the legend names each kind in words (KERNEL_WORDS), not
+    by its category ("gemm", "nccl")."""
     t = profile["timeline"]
     rows = [dict(zip(t["columns"], k)) for k in t["kernels"]]
     kinds = _stream_kinds(rows)
@@ -103,6 +112,8 @@ def kernel_timeline(profile: dict, title: str = "GPU kernels of one training ste
     # fixed colours
     kernel_kinds = list(KERNEL_KINDS) + sorted({s["kind"] for s in spans} - set(KERNEL_KINDS))
     _add_spans(fig, spans, kernel_kinds, "ms", marker_line_width=0)
+    if words:
+        fig.for_each_trace(lambda tr: tr.update(name=KERNEL_WORDS.get(tr.name, tr.name)))
     fig.update_yaxes(
         categoryorder="array",
         categoryarray=order,

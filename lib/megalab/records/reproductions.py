@@ -142,19 +142,24 @@ class WallTime:
         return None if self.seconds is None else self.seconds / 60
 
     def __str__(self) -> str:
-        gpus = f"{self.gpus} GPU(s)" if self.gpus else "GPUs"
+        """One worded sentence, wrapped at 88 columns so that a printed cell output never clips."""
+        import textwrap
+
+        how = "Quick" if self.quick else "Full"
+        on = f"{self.gpus} GPUs" if self.gpus else "GPUs"
         if not self.measured:
-            return (
-                f"{self.page}: not yet measured live on {gpus} (`megalab reproduce "
-                f"{self.page.split('/')[0]} --mode live{' --quick' if self.quick else ''}` records "
-                "it)"
+            command = (
+                f"megalab reproduce {self.page.split('/')[0]} --mode live"
+                f"{' --quick' if self.quick else ''}"
             )
-        how = "quick" if self.quick else "full"
-        runs = f"{self.launched} run(s) launched, {self.read_back} read back"
-        return (
-            f"{self.page}: {self.minutes:.0f} min on {self.gpus}x {self.gpu_name or 'GPU'} "
-            f"({how} live reproduction; {runs})"
-        )
+            text = f"{how} live reproduction on {on}: not yet measured; {command} records its time."
+        else:
+            text = (
+                f"{how} live reproduction on {self.gpus} × {self.gpu_name or 'GPU'}: "
+                f"{self.minutes:.0f} minutes ({self.launched} runs launched, {self.read_back} read "
+                "back from the records)."
+            )
+        return textwrap.fill(text, 88, break_on_hyphens=False)
 
 
 def wall_time(

@@ -31,9 +31,9 @@ def table(g, results=(), busbw: dict | None = None):
     the median step), mfu, gib (theory's memory per GPU), measured_gib (peak reserved of the run of
     `results`, Results, with that configuration; without them, the group's own runs' peak_gib),
     tp_gb and dp_gb (GB each GPU sends per step in TP all-reduces of activations, and in DP's
-    gradient reduction and weight gathering), tp_ms (the TP bytes over the all-reduce bus bandwidth:
-    ch02_analysis.predicted). attrs: budget_gib (the DP row's theory memory), gpu_busy and profiled
-    (g's)."""
+    gradient reduction and weight gathering), sent_gb (the two summed), tp_ms (the TP bytes over the
+    all-reduce bus bandwidth: ch02_analysis.predicted). attrs: budget_gib (the DP row's theory
+    memory), gpu_busy and profiled (g's)."""
     import numpy as np
 
     from megalab import theory
@@ -57,6 +57,7 @@ def table(g, results=(), busbw: dict | None = None):
     own = rows["peak_gib"] if "peak_gib" in rows else [np.nan] * len(cfgs)
     out["measured_gib"] = [peaks.get(loose_key(c), p) for c, p in zip(cfgs, own)]
     out["dp_gb"] = [theory.comm_bytes_per_step(c)["dp"] / 1e9 for c in cfgs]
+    out["sent_gb"] = out["tp_gb"] + out["dp_gb"]
     out.attrs.update(
         budget_gib=float(out["gib"].iloc[0]),
         gpu_busy=g.attrs.get("gpu_busy"),

@@ -9,6 +9,7 @@ a tensor-parallel step goes, and memory per GPU against theory.
     ch02_analysis.eager_vs_graphs(g)             # one TP run launched eagerly and from CUDA graphs
     ch02_analysis.step_parts(g, profile, busbw)  # the profiled TP step: compute, all-reduces, waits
     ch02_analysis.timeline(profile, title)       # its kernels, the long NCCL waits marked
+    ch02_analysis.profiled_step(profile)         # its span, idle time, and NCCL beside compute
     ch02_analysis.memory(results, "H200")        # measured peak against theory, largest micro-batch
     ch02_analysis.parity_curves(parities)        # loss curves named by layout
     ch02_analysis.runs_table(g)                  # the evidence page: every configuration's runs
@@ -34,11 +35,13 @@ __all__ = [
     "eager_vs_graphs",
     "step_parts",
     "timeline",
+    "profiled_step",
     "memory",
     "parity_curves",
     "runs_table",
 ]
 
+from megalab.charts.timeline import KERNEL_WORDS
 from megalab.book.chapters.ch02_tensor_parallel import (
     PAPER_STRONG_SPEEDUP,
     PAPER_WEAK_EFFICIENCY,
@@ -292,9 +295,10 @@ def timeline(profile: dict, title: str, wait_ms: float = 1.0):
     start = min(r["start_ms"] for r in rows)
     span = max(r["start_ms"] + r["duration_ms"] for r in rows) - start
     waits = [r for r in rows if r["category"] == "nccl" and r["duration_ms"] > wait_ms]
-    fig = charts.kernel_timeline(profile, title=title)
+    fig = charts.kernel_timeline(profile, title=title, words=True)
     # GEMMs on top: at this zoom the forward's all-reduces would otherwise hide them
-    fig.data = [d for d in fig.data if d.name != "gemm"] + [d for d in fig.data if d.name == "gemm"]
+    gemm = KERNEL_WORDS["gemm"]
+    fig.data = [d for d in fig.data if d.name != gemm] + [d for d in fig.data if d.name == gemm]
     for i, r in enumerate(sorted(waits, key=lambda r: -r["duration_ms"])):
         label = dict(annotation_text="NCCL: waiting", annotation_position="top right") if i < 2 else {}
         fig.add_vrect(
@@ -307,6 +311,34 @@ def timeline(profile: dict, title: str, wait_ms: float = 1.0):
         )
     waited = sum(r["duration_ms"] for r in waits)
     return fig.update_layout(meta={"span_ms": span, "waits_ms": waited})
+
+
+def profiled_step(profile: dict) -> dict:
+    """One profiled step's kernels, as the GPU saw them under the profiler: span_ms (first kernel's
+    start to the last one's end), busy_ms (time at least one kernel ran), idle_ms (span − busy),
+    nccl_ms (the NCCL kernels, overlaps counted once), side_nccl_ms (those not on the main stream,
+    the one with the most kernel time), overlap_ms (NCCL time during which a compute kernel ran, on
+    any stream: profiles.hidden summed over the NCCL streams) and overlap_share (overlap_ms over
+    nccl_ms)."""
+    from megalab.records.profiles import gpu_busy, hidden, nccl_streams, timeline
+
+    k = timeline(profile)
+    main = k.groupby("stream")["duration_ms"].sum().idxmax()
+    busy = gpu_busy(profile)
+    span = 1e3 * busy["span_s"] - float(k["start_ms"].min())
+    compute = ("gemm", "attention", "other")
+    streams = nccl_streams(profile)
+    overlap = sum(hidden(profile, s, behind=compute)["hidden_ms"] for s in streams)
+    nccl = sum(streams.values())
+    return {
+        "span_ms": span,
+        "busy_ms": 1e3 * busy["busy_s"],
+        "idle_ms": span - 1e3 * busy["busy_s"],
+        "nccl_ms": nccl,
+        "side_nccl_ms": nccl - streams.get(main, 0.0),
+        "overlap_ms": overlap,
+        "overlap_share": overlap / nccl if nccl else 0.0,
+    }
 
 
 def memory(results, gpu: str):
