@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from megalab.charts.timeline import KERNEL_WORDS
 from megalab.book import chapters
 from megalab.book.chapters import ch02_analysis as ch02
 from megalab.book.chapters import ch02_tensor_parallel as paper
@@ -218,8 +219,40 @@ def test_timeline_marks_the_long_nccl_kernels_and_spans_the_profiled_step():
     prof = timings.group_runs(None, "ch02.tp", "H200")[1]
     fig = ch02.timeline(prof["profile"], "t")
     assert fig.layout.meta["span_ms"] > fig.layout.meta["waits_ms"] > 0
-    assert fig.data[-1].name == "gemm"  # drawn last, on top
+    assert fig.data[-1].name == KERNEL_WORDS["gemm"]  # drawn last, on top
+    assert {d.name for d in fig.data} <= set(KERNEL_WORDS.values())  # the legend in words
     assert len(fig.layout.shapes) >= 2
+
+
+def test_profiled_step_measures_idle_time_and_nccl_beside_compute():
+    # main stream 7: gemm 0-2, NCCL 2-3, idle 3-5, gemm 5-6; stream 9: NCCL 5.5-6.5, half beside
+    profile = {
+        "timeline": {
+            "columns": ["category", "start_ms", "duration_ms", "stream"],
+            "kernels": [
+                ["gemm", 10.0, 2.0, 7],
+                ["nccl", 12.0, 1.0, 7],
+                ["gemm", 15.0, 1.0, 7],
+                ["nccl", 15.5, 1.0, 9],
+            ],
+        }
+    }
+    p = ch02.profiled_step(profile)
+    assert p["span_ms"] == pytest.approx(6.5) and p["busy_ms"] == pytest.approx(4.5)
+    assert p["idle_ms"] == pytest.approx(2.0)
+    assert p["nccl_ms"] == pytest.approx(2.0) and p["side_nccl_ms"] == pytest.approx(1.0)
+    assert p["overlap_ms"] == pytest.approx(0.5) and p["overlap_share"] == pytest.approx(0.25)
+
+
+def test_the_tp4_profile_is_exposed_and_its_gaps_are_the_profilers():
+    from megalab.records import timings
+
+    g = timings.group(None, "ch02.tp", "H200")
+    p = ch02.profiled_step(timings.group_runs(None, "ch02.tp", "H200")[1]["profile"])
+    median = g.loc[g.attrs["profiled"], "median_ms"]
+    assert p["overlap_share"] < 0.05 and p["side_nccl_ms"] > 0
+    assert p["busy_ms"] / median == pytest.approx(g.attrs["gpu_busy"])
+    assert 0.8 < (p["span_ms"] - median) / p["idle_ms"] < 1.2
 
 
 # -- TP against DP at equal memory use (ch02_against_dp)
@@ -258,6 +291,7 @@ def test_against_dp_table_reads_the_group(against_dp):
     assert t.attrs["budget_gib"] == t["gib"].iloc[0] and (t["gib"] <= t.attrs["budget_gib"]).all()
     assert t["tp_gb"].iloc[0] == 0 and t["dp_gb"].iloc[-1] == 0  # DP 4 no TP; TP 4 no DP
     assert t["tp_ms"].iloc[-1] == pytest.approx(t["tp_gb"].iloc[-1] / 250.0 * 1e3)
+    assert (t["sent_gb"] == t["tp_gb"] + t["dp_gb"]).all()
     assert t.attrs["profiled"] == against_dp.index[-1] and t.attrs["gpu_busy"] > 0.7
     own = against.table(against_dp, busbw={2: 200.0, 4: 250.0})["measured_gib"]  # the group's
     assert list(own) == list(against_dp["peak_gib"]) and own.notna().all()

@@ -16,6 +16,8 @@ def test_kernel_timeline_one_trace_per_kind():
     fig = charts.kernel_timeline(profile)
     assert {t.name for t in fig.data} == {"gemm", "nccl"}
     assert list(fig.data[0].base) == [0.0, 1.5]
+    worded = charts.kernel_timeline(profile, words=True)
+    assert {t.name for t in worded.data} == {"matrix multiplies (GEMM)", "NCCL communication"}
 
 
 def _gpipe(pp=2, m=3, tf=1.0, tb=2.0):

@@ -184,6 +184,17 @@ def test_wall_time_is_never_made_up(tmp_path):
     assert not took.measured and took.seconds is None and "not yet measured" in str(took)
 
 
+def test_wall_time_reads_as_one_wrapped_sentence():
+    took = reproductions.WallTime(
+        "02_tensor_parallel", 4, seconds=1260, gpu_name="NVIDIA H200", launched=4, read_back=9
+    )
+    text = str(took)
+    assert text.startswith("Full live reproduction on 4 × NVIDIA H200: 21 minutes")
+    assert text.endswith(".") and max(len(line) for line in text.splitlines()) <= 88
+    waiting = str(reproductions.WallTime("02_tensor_parallel", 4, quick=True))
+    assert "megalab reproduce 02_tensor_parallel --mode live --quick" in " ".join(waiting.split())
+
+
 @pytest.mark.parametrize(
     "change, says",
     [
