@@ -6,6 +6,8 @@
 2. Teardown leaves no Megatron state set (teardown.leftovers) and no process group but the world.
 3. The batch driver through the launcher (jobs.reuse): a run that fails in the middle is recorded as
    failed, the next one still runs, each in its own run folder.
+4. Training, on CPU (test_train_cpu's harness): two layouts trained in one reused process give the
+   loss and grad-norm curves of fresh processes, step for step, and the second starts sooner.
 
 This file is also the torchrun worker (see `__main__` below).
 """
@@ -37,9 +39,12 @@ def test_a_reused_process_builds_the_next_layout_as_a_fresh_one_does():
     assert [x["tp"] for x in by(reused, 2)] == [2, 2] and [x["dp"] for x in by(reused, 2)] == [1, 1]
     again, first = by(reused, 1), by(fresh, 1)
     assert [(x["tp"], x["dp"]) for x in again] == [(1, 2), (1, 2)]
-    assert again == first  # shapes, count, every parameter's sum and norm: bit for bit
+    same = lambda xs: [{k: v for k, v in x.items() if k != "before"} for x in xs]  # noqa: E731
+    assert same(again) == same(first)  # shapes, count, every parameter's sum and norm: bit for bit
     assert by(reused, 2)[0]["count"] < again[0]["count"]  # TP 2 held half the matrices
     assert all(x["leftovers"] == [] for x in reused + fresh)
+    assert "process groups" in first[0]["before"]  # a run did set state up: the check has teeth
+    assert "megatron.core.parallel_state._TENSOR_MODEL_PARALLEL_GROUP" in first[0]["before"]
 
 
 def test_a_failing_run_in_the_middle_is_recorded_and_the_next_one_runs(tmp_path, monkeypatch):
@@ -63,6 +68,28 @@ def test_a_failing_run_in_the_middle_is_recorded_and_the_next_one_runs(tmp_path,
     for cfg, o in zip(cfgs[::2], outcomes[::2]):
         rows = sorted(o.parsed.params, key=lambda r: r["rank"])
         assert [r["params"] for r in rows] == theory.params_per_rank(cfg)
+
+
+def test_layouts_trained_in_one_reused_process_train_as_fresh_ones(tmp_path, monkeypatch):
+    from test_train_cpu import LOOP, cpu_train
+
+    from megalab.jobs import launch, reuse
+
+    entry = reuse.batch_command
+    monkeypatch.setattr(  # this file as the worker, with Megatron's CUDA calls sent to the CPU
+        reuse, "batch_command", lambda cfgs, f: [*entry(cfgs, f)[:5], __file__, "train", str(f)]
+    )
+    monkeypatch.setattr(launch, "check", lambda cfg, nproc=None: None)  # no GPU here
+    cfgs = [LOOP.replace(gpus=2, pp=2), LOOP.replace(gpus=2)]
+    reused = reuse.launch_many(cfgs, runs_root=tmp_path, timeout_s=300)
+    assert [o.status for o in reused] == ["ok", "ok"], reused[0].error or reused[1].error
+    for cfg, o in zip(cfgs, reused):
+        fresh = cpu_train(2, cfg)
+        for key in ("loss", "grad_norm", "lr"):
+            assert [s[key] for s in o.parsed.steps] == [s[key] for s in fresh.steps]
+    marks = [o.parsed.summary["startup_marks_s"] for o in reused]
+    assert [m["batch_position"] for m in marks] == [0, 1] and marks[1]["python"] == 0.0
+    assert marks[1]["first_step"] < marks[0]["first_step"]  # no interpreter, no imports
 
 
 # -- the torchrun worker (test-only) --------------------------------------------------------------
@@ -95,8 +122,9 @@ def _builds(tps: list[int]) -> None:
 
     for tp in tps:
         built = _build(tp)
+        before = leftovers()
         teardown()
-        print(json.dumps({**built, "leftovers": leftovers()}), flush=True)
+        print(json.dumps({**built, "before": before, "leftovers": leftovers()}), flush=True)
     import torch
 
     torch.distributed.destroy_process_group()
@@ -119,5 +147,12 @@ def _failing_batch(path: str) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "batch":
         _failing_batch(sys.argv[2])
+    elif sys.argv[1] == "train":
+        from test_train_cpu import _send_cuda_to_cpu
+
+        from megalab.train import batch
+
+        _send_cuda_to_cpu()
+        batch.main(sys.argv[2:])
     else:
         _builds([int(a.removeprefix("tp")) for a in sys.argv[1:]])

@@ -21,20 +21,23 @@ patched once per process (megalab.train.workarounds).
 
 import gc
 
-# module -> its globals that a run sets; each is None (or empty, or False) in a fresh process
+# parallel_state's globals that a run sets (groups, their ranks, sizes, the memory buffer): None (or
+# empty) in a fresh process. destroy_model_parallel (Megatron Core 0.16.1) leaves the *_GLOBAL_RANKS
+# lists and the intra-partial data-parallel groups set; teardown clears them (the next
+# initialize_model_parallel would overwrite them). Delete that part when destroy_model_parallel
+# resets them itself.
+PARALLEL_STATE_SUFFIXES = (
+    "_RANKS",
+    "_GROUP",
+    "_GROUPS",
+    "_GLOO",
+    "_BUFFER",
+    "_list",
+    "_SIZE",
+    "_RANK",
+)
+# other modules -> their globals that a run sets; each None (or empty, or False) in a fresh process
 STATE = {
-    "megatron.core.parallel_state": (
-        "_TENSOR_MODEL_PARALLEL_GROUP",
-        "_PIPELINE_MODEL_PARALLEL_GROUP",
-        "_DATA_PARALLEL_GROUP",
-        "_CONTEXT_PARALLEL_GROUP",
-        "_EXPERT_MODEL_PARALLEL_GROUP",
-        "_EMBEDDING_GROUP",
-        "_MPU_TENSOR_MODEL_PARALLEL_WORLD_SIZE",
-        "_VIRTUAL_PIPELINE_MODEL_PARALLEL_WORLD_SIZE",
-        "_GLOBAL_MEMORY_BUFFER",
-        "_global_process_group_list",
-    ),
     "megatron.core.num_microbatches_calculator": ("_GLOBAL_NUM_MICROBATCHES_CALCULATOR",),
     "megatron.core.rerun_state_machine": ("_GLOBAL_RERUN_STATE_MACHINE",),
     "megatron.core.tensor_parallel.random": (
@@ -60,6 +63,9 @@ def teardown(keep=()) -> None:
     from megatron.core.transformer.moe import moe_utils
 
     parallel_state.destroy_model_parallel()
+    for name in _parallel_state_names():
+        value = getattr(parallel_state, name)
+        setattr(parallel_state, name, {} if isinstance(value, dict) else None)
     dist = torch.distributed
     if dist.is_initialized():  # new_group was called on every rank alike: all destroy alike
         mine = [g for g in dist.distributed_c10d._world.pg_map if g is not dist.GroupMember.WORLD]
@@ -95,22 +101,34 @@ def _reset_transformer_engine() -> None:
         return
 
 
-def leftovers() -> list[str]:
+def _parallel_state_names() -> list[str]:
+    """The module globals of parallel_state named as a run's groups, ranks and buffers are."""
+    from megatron.core import parallel_state
+
+    return [
+        n
+        for n in vars(parallel_state)
+        if n.startswith("_") and not n.startswith("__") and n.endswith(PARALLEL_STATE_SUFFIXES)
+    ]
+
+
+def leftovers(keep=()) -> list[str]:
     """ "module.NAME" of each global in STATE that is still set (not None, empty or False), and
     "process groups" when a group other than the world is still registered with torch."""
     import importlib
 
     import torch
 
+    state = {"megatron.core.parallel_state": _parallel_state_names(), **STATE}
     out = [
         f"{module}.{name}"
-        for module, names in STATE.items()
+        for module, names in state.items()
         for name in names
         if getattr(importlib.import_module(module), name, None)
     ]
     dist = torch.distributed
-    if dist.is_initialized() and set(dist.distributed_c10d._world.pg_map) - {
-        dist.GroupMember.WORLD
-    }:
-        out.append("process groups")
+    if dist.is_initialized():
+        world = dist.GroupMember.WORLD
+        groups = [g for g in dist.distributed_c10d._world.pg_map if g is not world]
+        out += ["process groups"] if [g for g in groups if g not in keep] else []
     return out
