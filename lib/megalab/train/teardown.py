@@ -11,15 +11,18 @@ GPU memory outside the caching allocator, so they are destroyed here), the micro
 the rerun state machine, the RNG tracker (initialize_rng_tracker keeps the first tracker's class
 otherwise: Megatron's or Transformer Engine's), the CUDA-graph registries, the sequence-parallel
 module cache (keyed by id(model): a new model at a freed model's address would find the old one's
-modules), the MoE logging tracker, the 1F1B overlap streams and Transformer Engine's FP8 state.
-Then gc, the CUDA cache emptied and the peak-memory counters reset: the next run's peaks are its
-own. What cannot be reset stays and is why a reused run says so in its record: the CUDA context,
-kernels already loaded, cuBLAS and Transformer Engine workspaces, torch.compile's cache, the
-environment read before CUDA started (megalab.jobs.reuse groups runs by it) and the workarounds
-patched once per process (megalab.train.workarounds).
+modules), the MoE logging tracker, the 1F1B overlap streams, Transformer Engine's FP8 state and
+torch.compile's compiled code (its cache limit per function would leave later runs eager). Then gc,
+the CUDA cache emptied and the peak-memory counters reset: the next run's peaks are its own.
+
+What cannot be reset stays, and is why a reused run says so in its record: the CUDA context, the
+kernels already loaded, cuBLAS and Transformer Engine workspaces, the environment read before CUDA
+started (megalab.jobs.reuse groups runs by it) and the workarounds patched once per process
+(megalab.train.workarounds).
 """
 
 import gc
+import sys
 
 # parallel_state's globals that a run sets (groups, their ranks, sizes, the memory buffer): None (or
 # empty) in a fresh process. destroy_model_parallel (Megatron Core 0.16.1) leaves the *_GLOBAL_RANKS
@@ -81,6 +84,8 @@ def teardown(keep=()) -> None:
     moe_utils._MOE_LAYER_WISE_LOGGING_TRACKER.clear()
     pipeline_utils._COMP_STREAM = pipeline_utils._COMM_STREAM = None
     _reset_transformer_engine()
+    if "torch._dynamo" in sys.modules:  # compiled code and its per-function cache limit: anew
+        torch._dynamo.reset()
     gc.collect()
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
