@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 import megalab
+from run_records import group_frame
 from megalab.book import chapters
 from megalab.book.chapters import ch01_analysis as ch01
 from megalab.records import timings
@@ -14,18 +15,8 @@ CH = chapters.data_parallel(4)
 
 
 def _group(dps=(1, 2, 4), ms=(400.0, 410.0, 420.0)):
-    """A timings.group-shaped frame for gpt2-xl at 16 sequences per GPU; the widest row profiled."""
-    cfgs = [c for c in CH["weak"] if c.dp in dps]
-    return pd.DataFrame(
-        {
-            "cfg": cfgs,
-            "median_ms": ms,
-            "lo_ms": [m - 1 for m in ms],
-            "hi_ms": [m + 1 for m in ms],
-            "mfu": [0.4] * len(ms),
-            "gpu_busy": [float("nan")] * (len(ms) - 1) + [0.95],
-        }
-    )
+    """gpt2-xl at 16 sequences per GPU, as timings.group gives it; the widest row profiled."""
+    return group_frame([c for c in CH["weak"] if c.dp in dps], list(ms))
 
 
 def test_weak_scaling_reads_efficiency_as_the_one_gpu_step_over_each_step():

@@ -10,6 +10,7 @@ import pytest
 from megalab.book import chapters
 from megalab.book.chapters import ch02_analysis as ch02
 from megalab.book.chapters import ch02_tensor_parallel as paper
+from megalab.book.chapters import ch02_against_dp as against
 from megalab.records import timings
 from megalab.runs import presets
 
@@ -219,3 +220,84 @@ def test_timeline_marks_the_long_nccl_kernels_and_spans_the_profiled_step():
     assert fig.layout.meta["span_ms"] > fig.layout.meta["waits_ms"] > 0
     assert fig.data[-1].name == "gemm"  # drawn last, on top
     assert len(fig.layout.shapes) >= 2
+
+
+# -- TP against DP at equal memory use (ch02_against_dp)
+# ----------------------------------------------------------
+@pytest.fixture(scope="module")
+def against_dp():
+    return timings.group(None, "ch02.tp-vs-dp", "H200")
+
+
+def test_the_against_dp_group_runs_what_the_chapter_declares(against_dp):
+    """Each recorded configuration is one of the group the chapter declares: DP 4 + distributed
+    optimizer at micro-batch 8, TP 2 × DP 2 at 12 and TP 4 at 24, global batch 96, CUDA graphs."""
+    declared = chapters.tensor_parallel(4)["groups"]["tp_vs_dp"].configs
+    assert [c.key for c in against_dp["cfg"]] == [c.key for c in declared]
+    assert [(c.tp, c.mbs, c.gbs, c.cuda_graphs) for c in declared] == [
+        (1, 8, 96, "te"),
+        (2, 12, 96, "te"),
+        (4, 24, 96, "te"),
+    ]
+
+
+def test_against_dp_table_reads_the_group(against_dp):
+    class R:  # a Result's two attributes the table reads
+        def __init__(self, cfg, gib):
+            self.config, self.summary = cfg, {"mem_reserved_peak_gib": gib}
+
+    runs = [R(c, 20.0 + c.tp) for c in against_dp["cfg"]]
+    t = against.table(against_dp, runs, busbw={2: 200.0, 4: 250.0})
+    assert list(t["layout"]) == [
+        "DP 4 + distributed optimizer, micro-batch 8",
+        "TP 2 × DP 2 + distributed optimizer, micro-batch 12",
+        "TP 4, micro-batch 24",
+    ]
+    assert list(t["measured_gib"]) == [21.0, 22.0, 24.0]
+    assert t["tokens_s"].iloc[0] == pytest.approx(96 * 1024 / (t["median_ms"].iloc[0] / 1e3))
+    assert t.attrs["budget_gib"] == t["gib"].iloc[0] and (t["gib"] <= t.attrs["budget_gib"]).all()
+    assert t["tp_gb"].iloc[0] == 0 and t["dp_gb"].iloc[-1] == 0  # DP 4 no TP; TP 4 no DP
+    assert t["tp_ms"].iloc[-1] == pytest.approx(t["tp_gb"].iloc[-1] / 250.0 * 1e3)
+    assert t.attrs["profiled"] == against_dp.index[-1] and t.attrs["gpu_busy"] > 0.7
+    own = against.table(against_dp, busbw={2: 200.0, 4: 250.0})["measured_gib"]  # the group's
+    assert list(own) == list(against_dp["peak_gib"]) and own.notna().all()
+
+
+def test_split_counts_overlapping_compute_once():
+    kernels = [["gemm", 0.0, 2.0, 7], ["other", 1.0, 2.0, 8], ["nccl", 3.0, 0.5, 9]]
+    kernels.append(["nccl", 4.0, 1.5, 9])
+    profile = {
+        "timeline": {
+            "columns": ["category", "start_ms", "duration_ms", "stream"],
+            "kernels": kernels,
+        }
+    }
+    assert against.split(profile) == pytest.approx({"compute_ms": 3.0, "nccl_ms": 2.0})
+
+
+def test_a_large_model_fits_only_with_tp():
+    big = against.fits(against.TOO_BIG, 4, "H200")
+    assert list(big["layout"]) == ["DP 4 + distributed optimizer", "TP 4"]
+    assert list(big["fits"]) == [False, True] and big["gib"].iloc[0] > big["gib"].iloc[1]
+    assert against.fits("gpt-1.2b", 4, "H200")["fits"].all()
+
+
+def test_defining_is_what_the_figures_read():
+    """A quick reproduction re-measures the groups' configurations as recorded (CUDA graphs, the one
+    eager run, the groups' iterations), the memory runs and the widest loss parity."""
+    from megalab.book.specs import GROUP_ITERS, Parity, keys_of
+
+    r = chapters.tensor_parallel(4)
+    got = paper.defining(4)
+    cfgs = [c for c in got if not isinstance(c, Parity)]
+    for name in ("tp", "tp_vs_dp"):
+        assert set(r["groups"][name].configs) <= set(cfgs), name
+    timed = {
+        c.key for g in ("ch02.tp", "ch02.tp-vs-dp") for c in timings.group(None, g, "H200")["cfg"]
+    }
+    assert timed <= {c.key for c in cfgs}  # exactly the recorded configurations
+    assert set(r["strong"]) <= set(cfgs) and got[-1] == r["parity"][-1]
+    graphed = [c for c in cfgs if c.iters == GROUP_ITERS]
+    assert sum(c.cuda_graphs == "none" for c in graphed) == 1  # TP 2 eager, as recorded
+    assert not set(keys_of(r["tp_vs_dp"][-1])) & {k for c in cfgs for k in keys_of(c)}
+    assert paper.defining(1) and not any(c.tp > 1 for c in paper.defining(1))

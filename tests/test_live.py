@@ -39,7 +39,9 @@ def book(tmp_path, monkeypatch):
         "format: jb-book\nroot: book/intro\nchapters:\n  - file: book/00_know_your_machine/know\n"
     )
     (tmp_path / "book/00_know_your_machine").mkdir(parents=True)
-    (tmp_path / "book/00_know_your_machine/know.ipynb").write_text("{}")
+    params = {"cell_type": "code", "source": 'mode = "auto"\ngpus = 4\n'}
+    params["metadata"] = {"tags": ["parameters"]}
+    (tmp_path / "book/00_know_your_machine/know.ipynb").write_text(json.dumps({"cells": [params]}))
     monkeypatch.setattr("megalab.machine.env.local_gpus", lambda: ("NVIDIA H200", 2))
     monkeypatch.setattr(results, "_local_hardware", lambda: ("NVIDIA H200", 2, True))
     launches, stop = [], {"at": None}
@@ -139,14 +141,20 @@ def test_quick_launches_only_the_defining_points(tmp_path, monkeypatch):
 
 
 def test_the_chapters_defining_points_carry_their_settings():
-    from megalab.book import chapters
+    from megalab.book import chapters, specs
 
     assert live.quick_keys("planner", 2) == []
     keys = live.quick_keys("04_context_parallel/context_parallel", 2)
     every = {c.key for c in chapters.runs("ch04", 2)["seq_1gpu"]} | {
         c.key for rs in chapters.runs("ch04", 2)["comm"].values() for c in rs
     }
-    assert keys and set(keys) < every | {c.key for c in chapters.runs("ch04", 2)["strong"]}
+    grouped = {
+        c.key for g in specs.groups(chapters.runs("ch04", 2)) for c in (g.warmup, *g.configs)
+    }
+    assert grouped <= set(keys)  # timed like the figure that reads them: the group's settings
+    assert (
+        keys and set(keys) < every | {c.key for c in chapters.runs("ch04", 2)["strong"]} | grouped
+    )
     assert set(live.quick_keys("01_data_parallel/data_parallel", 4)) >= {
         c.key for c in chapters.runs("ch01", 4)["weak"]
     }
@@ -164,7 +172,9 @@ def test_the_estimate_sums_recorded_start_up_and_steps(tmp_path):
     each = 30.0 + 6 * 0.5  # start-up plus the six recorded steps
     assert est.counted == 2 and est.full_s == pytest.approx(2 * each)
     asked = [i for i in specs.items(chapters.runs("ch04", 2)) if getattr(i, "cfg", i).gpus <= 2]
-    assert est.runs == len(asked)  # the CP 4 parity runs on four GPUs: not here
+    # the CP 4 parity runs on four GPUs: not here; the group as Group.run measures it
+    group = next(specs.groups(chapters.runs("ch04", 2)))
+    assert est.runs == len(asked) + len(list(group._runs(group.rounds)))
     assert est.quick_s == pytest.approx(each) and "2 of its" in str(est)
     assert live.estimate("planner", 2, store=store) is None
 
@@ -209,3 +219,22 @@ def test_the_store_keeps_reproductions_apart_and_imports_them(tmp_path):
 
     with pytest.raises(ImportRefused, match="seconds"):
         Store(tmp_path / "b").import_records(tmp_path / "c.jsonl")
+
+
+def test_a_quick_wall_time_counts_only_for_todays_defining_points(tmp_path):
+    store = Store(tmp_path)
+    page = "04_context_parallel/context_parallel"
+    env = {"gpu_name": "NVIDIA H200", "gpu_count": 4}
+    for rid, keys in (("old", ["k1"]), ("new", live.quick_keys(page, 4))):
+        store.append(
+            reproductions.make(rid, page, 4, "auto", "started", env, True, quick_keys=keys)
+        )
+        store.append(reproductions.make(rid, page, 4, "auto", "finished", env, True, seconds=60.0))
+    assert (
+        reproductions.wall_time("04_context_parallel", None, quick=True, store=store).seconds == 60
+    )
+    took = live.wall_time("04_context_parallel", None, quick=True, store=store)
+    assert took.measured and took.executions == 1
+    store.append(reproductions.make("x", page, 4, "auto", "started", env, True, quick_keys=["k"]))
+    store.append(reproductions.make("x", page, 4, "auto", "finished", env, True, seconds=9.0))
+    assert live.wall_time("04_context_parallel", None, quick=True, store=store).seconds == 60

@@ -308,3 +308,20 @@ def test_every_page_of_the_book_folds_its_code(tmp_path):
         source = [""]
         reproduce._source_read(app, page, source)
         assert json.loads(source[0])["cells"][0]["metadata"]["tags"] == ["hide-input"], page
+
+
+def test_a_page_gets_only_the_parameters_it_declares_and_evidence_reads_records(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell('mode: str = "auto"  # x\ngpu = "H200"\n# quick = True\n')
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell("gpus = 4")]
+    page, evidence = tmp_path / "page.ipynb", tmp_path / "evidence.ipynb"
+    nbformat.write(nb, page)
+    nbformat.write(nb, evidence)
+    assert reproduce.declared(page) == {"mode", "gpu"}
+    asked = {"mode": "auto", "gpus": 2, "quick": True}
+    assert reproduce.injected(page, asked) == {"mode": "auto"}
+    assert reproduce.injected(evidence, asked) == {"mode": "cached"}
+    nb.cells = nb.cells[1:]
+    nbformat.write(nb, page)
+    assert reproduce.injected(page, asked) == {}

@@ -359,7 +359,7 @@ ONE_GROUP = re.compile(r"timings\.group\(|one_group\(")
 # its own.
 ACROSS_GROUPS = {
     "01_data_parallel/data_parallel.ipynb": 0,
-    "02_tensor_parallel/tensor_parallel.ipynb": 6,
+    "02_tensor_parallel/tensor_parallel.ipynb": 0,
     "03_sequence_parallel/sequence_parallel.ipynb": 9,
     "05_pipeline_parallel/pipeline_parallel.ipynb": 7,
     "06_expert_parallel/expert_parallel.ipynb": 0,

@@ -97,32 +97,42 @@ def estimate(
     launches on them, summed, full and quick; a search (Fit) costs the probes recorded in its
     window. Runs that `reproduction` already measured are left out. None for a page of no
     chapter."""
+    from collections import Counter
+
     from megalab.book import chapters
-    from megalab.book.specs import items, keys_of
+    from megalab.book.specs import groups, items, keys_of
 
     chapter = chapter_of(page)
     if chapter is None or gpus < 1:
         return None
+    r = chapters.runs(chapter, gpus)
     # what runs here: a run wider than the machine is answered by its reference record
-    asked = [i for i in items(chapters.runs(chapter, gpus)) if getattr(i, "cfg", i).gpus <= gpus]
+    asked = [i for i in items(r) if getattr(i, "cfg", i).gpus <= gpus]
+    timed = [g for g in groups(r) if g.warmup.gpus <= gpus]  # measured as Group.run does
     cost = recorded_costs(store, gpu)
     quick = set(quick_keys(page, gpus, gpu))
-    done = set()
+    done = Counter()
     if reproduction is not None:
         tag = reproductions.tag(reproduction)
-        done = {r.get("key") for r in cost.store.load("run", tag=tag)}
+        done = Counter(r.get("key") for r in cost.store.load("run", tag=tag))
     keys = {k: None for i in asked for k in keys_of(i)}  # each run once, in order
-    todo = [k for k in keys if k not in done]
+    full = Counter(list(keys))
+    full += Counter(c.key for i, g in enumerate(timed) for c, _, _ in g._runs(g.rounds, i == 0))
+    fast = Counter(k for k in keys if k in quick)
+    # one warm-up per reproduction: its first run warms the host (Group.run)
+    fast += Counter(c.key for i, g in enumerate(timed) for c, _, _ in g._runs(1, warm_up=i == 0))
+    seconds = lambda runs: sum(cost.get(k, 0.0) * n for k, n in (runs - done).items())  # noqa: E731
     return Estimate(
         page=page,
         gpus=gpus,
         gpu=gpu,
-        full_s=sum(cost.get(k, 0.0) for k in todo),
-        quick_s=sum(cost.get(k, 0.0) for k in todo if k in quick),
-        runs=len(asked),
-        counted=sum(any(k in cost for k in keys_of(i)) for i in asked),
-        quick_runs=len(quick & set(keys)),
-        done=len(done & set(keys)),
+        full_s=seconds(full),
+        quick_s=seconds(fast),
+        runs=len(asked) + sum(full.values()) - len(keys),
+        counted=sum(any(k in cost for k in keys_of(i)) for i in asked)
+        + sum(n for k, n in full.items() if k in cost and k not in keys),
+        quick_runs=sum(fast.values()),
+        done=sum((done & full).values()),
     )
 
 
@@ -248,3 +258,15 @@ def add_args(p) -> None:
         action="store_true",
         help="live: start a new reproduction, re-measuring the runs an unfinished one made",
     )
+
+
+def wall_time(page: str, gpus: int | None = None, quick: bool = False, store=None):
+    """reproductions.wall_time of `page`; a quick one counts only where it re-measured the points
+    its chapter defines today (quick_keys): a figure given new defining points has no quick time
+    until it is reproduced again."""
+    current = (
+        (lambda r: list(r.get("quick_keys") or []) == quick_keys(r["page"], r["gpus"]))
+        if quick
+        else None
+    )
+    return reproductions.wall_time(page, gpus, quick=quick, store=store, current=current)

@@ -21,7 +21,9 @@ Modes. `cached` runs the notebooks with mode="cached" (recorded results only). `
 with mode="auto": a configuration already recorded on this GPU model is read back, anything else
 runs on this machine's GPUs (or falls back to the reference record when it does not fit); with
 `force` they run with mode="live", which measures everything again. `auto` is passed through as is.
-`gpus`, when given, is injected as the notebooks' `gpus` parameter.
+`gpus`, when given, is injected as the notebooks' `gpus` parameter. A notebook gets only the
+parameters its `parameters` cell declares, and an evidence page always runs cached: it reads the
+records the chapter's runs made.
 
 Live reproductions (megalab.book.live). In live or auto mode each page executed is a reproduction
 of it, recorded in the store (megalab.records.reproductions: its seconds, the runs it launched and
@@ -204,6 +206,26 @@ def inputs_digest(src: Path, root: Path, parameters: dict) -> str:
     return h.hexdigest()
 
 
+def declared(src: Path) -> set[str]:
+    """The names a notebook's `parameters` cell assigns (`name: type = value` or `name = value`)."""
+    import re
+
+    for cell in json.loads(src.read_text())["cells"]:
+        if "parameters" in cell.get("metadata", {}).get("tags", []):
+            code = "".join(cell["source"])
+            return set(re.findall(r"^([A-Za-z_]\w*)\s*(?::[^=\n]*)?=", code, re.M))
+    return set()
+
+
+def injected(src: Path, parameters: dict) -> dict:
+    """What papermill injects into `src` of the parameters asked: only the names its parameters
+    cell declares (papermill warns of the others, and the notebook would ignore them). An evidence
+    page reads the records whatever the mode asked: it never launches a run."""
+    asked = {**parameters, "mode": "cached"} if src.stem == "evidence" else parameters
+    names = declared(src)
+    return {k: v for k, v in asked.items() if k in names}
+
+
 def is_fresh(src: Path, dst: Path, parameters: dict, root: Path) -> bool:
     """The executed copy exists and was made, with these parameters, from inputs of the same
     content."""
@@ -216,14 +238,14 @@ def is_fresh(src: Path, dst: Path, parameters: dict, root: Path) -> bool:
     run = meta.get("papermill", {})
     return (
         meta.get("megalab", {}).get("inputs") == inputs_digest(src, root, parameters)
-        and run.get("parameters") == parameters
+        and run.get("parameters") == injected(src, parameters)
         and run.get("exception") in (None, False)
     )
 
 
 def execute(src: Path, dst: Path, parameters: dict, root: Path) -> None:
-    """papermill one notebook: parameters injected, cwd = the notebook's folder, a tqdm bar of
-    cells.
+    """papermill one notebook: parameters injected (those it declares: `injected`), cwd = the
+    notebook's folder, a tqdm bar of cells.
 
     papermill saves its output after every cell, so it writes to a temporary file beside `dst`,
     renamed onto `dst` only once every cell ran: an interrupted or failed run never leaves a
@@ -249,7 +271,7 @@ def execute(src: Path, dst: Path, parameters: dict, root: Path) -> None:
         pm.execute_notebook(
             str(src),
             str(tmp),
-            parameters=parameters,
+            parameters=injected(src, parameters),
             kernel_name=KERNEL,
             cwd=str(src.parent),
             progress_bar={"desc": src.stem, "unit": "cell"},
@@ -350,7 +372,7 @@ def _execute_live(src, dst, nb, parameters, base, quick, fresh) -> str:
     from megalab.book import live
     from megalab.jobs import reproduction
 
-    run = live.begin(nb, parameters, quick=quick, fresh=fresh)
+    run = live.begin(nb, injected(src, parameters) | _asked_gpus(parameters), quick=quick, fresh=fresh)
     try:
         if run is not None:
             said = live.estimate(run.page, run.gpus, reproduction=run.id)
@@ -376,6 +398,11 @@ def _execute_live(src, dst, nb, parameters, base, quick, fresh) -> str:
             "finished" if status == "ok" else "interrupted" if status == INTERRUPTED else "failed"
         )
     return status
+
+
+def _asked_gpus(parameters: dict) -> dict:
+    """The GPU count asked, kept for the reproduction's record where the page has no `gpus`."""
+    return {"gpus": parameters["gpus"]} if "gpus" in parameters else {}
 
 
 def _shown(path: Path, base: Path) -> str:

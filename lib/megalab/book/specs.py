@@ -226,6 +226,50 @@ class Group:
         widest configuration, at the usual ITERS steps."""
         return max(self.configs, key=lambda c: c.gpus).replace(iters=ITERS)
 
+    def run(self, mode: str = "auto", gpu: str = "H200", store=None, quiet: bool = True):
+        """The group's timings (records.timings.group, a DataFrame): read from the records made on
+        `gpu`, or measured on this machine when it has the GPUs of the group's widest configuration
+        and either `mode` is "live", or "auto" finds no recording on this machine's GPU model, or a
+        quick live reproduction marks the group's configurations (megalab.book.chapters.defining).
+        Measured here as the plan records it (plan_lines): the warm-up (not where this reproduction
+        ran something already: the host is warm), the configurations
+        alternated `rounds` times (once in a quick reproduction), the profiled run; then this
+        recording is the one read. An interrupted measurement resumes under its reproduction."""
+        from megalab.jobs import reproduction
+        from megalab.jobs.running import NotRecorded, _local_hardware
+        from megalab.jobs.running import run as run_one
+        from megalab.records.store import as_store
+        from megalab.records.timings import group
+
+        here, count, _ = _local_hardware() if mode != "cached" else (None, 0, False)
+        if not here or count < self.warmup.gpus:  # no GPUs, or too few: the records answer
+            return group(store, self.name, gpu)
+        within = reproduction.current(store)
+        quick = within is not None and all(map(within.defines, self.configs))
+        if mode == "auto" and not quick:
+            try:
+                return group(store, self.name, here)  # this GPU model's recording
+            except NotRecorded:
+                pass
+        # the first run on a fresh host is slow: warm up, unless this reproduction ran one already
+        warm = within is not None and any(as_store(store).load("run", tag=within.tag))
+        done: list[str] = []  # this measurement's records: each round is a run of its own
+        for cfg, tags, profile in self._runs(1 if quick else self.rounds, warm_up=not warm):
+            got = run_one(cfg, "live", tags, store, exclude=done, quiet=quiet, profile=profile)
+            done.append(got.record["id"])
+        return group(store, self.name, here, within.tag if within else None)
+
+    def _runs(self, rounds: int, warm_up: bool = True):
+        """(config, tags, profiled) of a measurement, in plan_lines' order."""
+        from megalab.records import WARMUP_TAG
+
+        if warm_up:
+            yield self.warmup, [WARMUP_TAG], False
+        for _ in range(rounds):
+            for c in self.configs:
+                yield c, [self.tag], False
+        yield self.configs[self.profiled], [self.tag], True
+
     def plan_lines(self) -> list[str]:
         """pack.py lines: the warm-up, the configurations alternated `rounds` times, the profiled
         run; each alone on the host (`!`)."""

@@ -37,6 +37,7 @@ from megalab.records.store import (  # noqa: F401  (re-exported: results.Store, 
 )
 from megalab.records.schema import (
     is_repeat,
+    is_reproduced,
     is_warmup,
     label_of,
     make_record,
@@ -221,8 +222,14 @@ def select(
     # a repeat made for another comparison (REPEAT_TAGS: back-to-back spread, CUDA-graph pairs) or a
     # fresh host's warm-up run (WARMUP_TAG) answers only where the configuration has no record of
     # its own; a job that ran alone on its host times cleaner than one packed beside others
-    # (tools/gpu/pack.py)
-    found.sort(key=lambda r: (is_repeat(r) or is_warmup(r), "packed" in (r.get("tags") or ())))
+    # (tools/gpu/pack.py); a reader's live reproduction measured its own points beside the book's
+    # records, which answer first (within the reproduction, reproduction.Context answers)
+    found.sort(
+        key=lambda r: (
+            is_repeat(r) or is_warmup(r) or is_reproduced(r),
+            "packed" in (r.get("tags") or ()),
+        )
+    )
     # a settled outcome (ok, oom, invalid) answers the question; a transient one (timeout,
     # nccl_error, failed) answers it only when nothing settled is recorded, and never hides a
     # settled one

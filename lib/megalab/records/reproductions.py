@@ -21,6 +21,7 @@ import uuid
 from dataclasses import dataclass
 
 from megalab.records.schema import (
+    REPRODUCTION_PREFIX,
     REPRODUCTION_EVENTS as EVENTS,
     REPRODUCTION_MODES as MODES,  # noqa: F401  (re-exported: which modes are recorded)
     SCHEMA,
@@ -30,7 +31,7 @@ from megalab.records.schema import (
 
 KIND = "reproduction"
 ENDS = EVENTS[1:]
-TAG_PREFIX = "reproduction:"
+TAG_PREFIX = REPRODUCTION_PREFIX
 
 
 class InvalidReproduction(ValueError):
@@ -156,17 +157,24 @@ class WallTime:
         )
 
 
-def wall_time(page: str, gpus: int | None = None, quick: bool = False, store=None) -> WallTime:
+def wall_time(
+    page: str, gpus: int | None = None, quick: bool = False, store=None, current=None
+) -> WallTime:
     """The newest finished live reproduction of `page` (a notebook as recorded,
     "04_context_parallel/context_parallel", or a chapter's folder, "04_context_parallel": its pages
     summed), on `gpus` GPUs when given: seconds summed over its executions (an interrupted one
-    resumed counts each part). Never made up: `measured` is False when none finished."""
+    resumed counts each part). `current(started_record)`, when given, keeps only reproductions
+    whose started record it accepts (megalab.book.live.wall_time: a quick one that re-measured
+    today's defining points). Never made up: `measured` is False when none finished."""
     records = [
         r
         for r in load(store)
         if r.get("page") == page or str(r.get("page", "")).split("/")[0] == page
         if (gpus is None or r.get("gpus") == gpus) and bool(r.get("quick")) == quick
     ]
+    if current is not None:
+        kept = {r["reproduction"] for r in records if r.get("event") == "started" and current(r)}
+        records = [r for r in records if r["reproduction"] in kept]
     done = [r for r in records if r.get("event") == "finished"]
     newest: dict[str, str] = {}  # page -> its newest finished reproduction
     for r in done:

@@ -87,6 +87,16 @@ def _reused(outcome) -> dict:
     return {REUSED: f"run {shared['position'] + 1} of {shared['runs']}"} if shared else {}
 
 
+# the tag prefix of the runs a live reproduction of a page made (megalab.records.reproductions): a
+# reader's own points, measured beside the book's; the book's records answer first (is_reproduced)
+REPRODUCTION_PREFIX = "reproduction:"
+
+
+def is_reproduced(record: dict) -> bool:
+    """Whether a record was measured by a live reproduction (REPRODUCTION_PREFIX)."""
+    return any(str(t).startswith(REPRODUCTION_PREFIX) for t in record.get("tags") or ())
+
+
 def is_warmup(record: dict) -> bool:
     """Whether a record is a fresh host's warm-up run (WARMUP_TAG): trained, but not a timing."""
     return WARMUP_TAG in (record.get("tags") or ())

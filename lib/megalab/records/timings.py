@@ -347,12 +347,17 @@ def one_group(records) -> str:
     return names.pop()
 
 
-def group_runs(store, name: str, gpu_model: str) -> tuple[list, dict | None]:
+def group_runs(
+    store, name: str, gpu_model: str, reproduction: str | None = None
+) -> tuple[list, dict | None]:
     """([(RunConfig, record), ...] oldest first, the profiled record or None) of the comparison
     group `name` ("ch02.tp" or its tag "group.ch02.tp") on `gpu_model`: ok runs not retracted, from
     its newest recording (the host and commit of its newest record; earlier recordings are set
-    aside). NotOneGroup if those runs are not one group (one_group); results.NotRecorded if the
+    aside). A reader's live reproduction measures the group beside the book's recording: the book's
+    is read unless `reproduction` (its tag, reproductions.tag) names the one to read, or no other
+    exists. NotOneGroup if those runs are not one group (one_group); results.NotRecorded if the
     group has no run."""
+    from megalab.records.schema import is_reproduced
     from megalab.records.store import NotRecorded
     from megalab.records.store import as_store
 
@@ -361,6 +366,10 @@ def group_runs(store, name: str, gpu_model: str) -> tuple[list, dict | None]:
         ((c, r) for c, r in as_store(store).runs_on(gpu_model, "ok") if name in _group_tags(r)),
         key=lambda cr: cr[1].get("recorded_at") or "",
     )
+    if reproduction is not None:
+        found = [(c, r) for c, r in found if reproduction in (r.get("tags") or ())]
+    else:
+        found = [(c, r) for c, r in found if not is_reproduced(r)] or found
     if not found:
         chapter = name.split(".", 1)[0]
         raise NotRecorded(
@@ -420,29 +429,33 @@ def tight(step_times, min_timed: int = MIN_TIMED, within: float = TIGHT) -> bool
     return med > 0 and max(hi - med, med - lo) <= within * med
 
 
-def group(store, name: str, gpu_model: str):
+def group(store, name: str, gpu_model: str, reproduction: str | None = None):
     """The comparison group `name` ("ch02.tp") on `gpu_model` (group_runs: one host, commit and
     trainer): a DataFrame, one row per configuration in the order first run, named by its label.
     `cfg`; `runs`; `median_ms`, the median of every step after warm-up of all its runs, `lo_ms` to
     `hi_ms` its 95% interval (median_interval) and `half` the interval's half-width over the median;
     `wide` where `half` > TIGHT (draw the spread, or record more rounds); `run_ms`, each run's
-    median (the run-to-run spread); `mfu` at the median; `gpu_busy` on the profiled configuration's
+    median (the run-to-run spread); `mfu` at the median; `peak_gib` the runs' median peak reserved
+    memory per GPU; `gpu_busy` on the profiled configuration's
     row, its profiled step's GPU-busy time (profiles.gpu_busy) over the median step. attrs: name,
-    host, commit, gpu_busy, profiled (the label), wide (the labels flagged)."""
+    host, commit, gpu_busy, profiled (the label), wide (the labels flagged). `reproduction` as for
+    group_runs."""
     import numpy as np
     import pandas as pd
     from megalab import theory
     from megalab.records.profiles import gpu_busy
 
-    timed, profiled = group_runs(store, name, gpu_model)
+    timed, profiled = group_runs(store, name, gpu_model, reproduction)
     rows = {}
     for cfg, r in timed:
-        row = rows.setdefault(loose_key(cfg), {"cfg": cfg, "steps": [], "run_ms": []})
+        row = rows.setdefault(loose_key(cfg), {"cfg": cfg, "steps": [], "run_ms": [], "peaks": []})
         row["steps"] += _steps_ms(r)
+        row["peaks"].append(r["summary"].get("mem_reserved_peak_gib"))
         row["run_ms"].append(float(np.median(_steps_ms(r) or [1e3 * r["summary"]["step_time_s"]])))
     out = []
     for row in rows.values():
         steps = row.pop("steps") or row["run_ms"]
+        peaks = [p for p in row.pop("peaks") if p is not None]
         med = float(np.median(steps))
         lo, hi = median_interval(steps)
         out.append(
@@ -454,6 +467,7 @@ def group(store, name: str, gpu_model: str):
                 "hi_ms": hi,
                 "half": max(hi - med, med - lo) / med,
                 "mfu": theory.mfu(row["cfg"], med / 1e3, gpu_model),
+                "peak_gib": float(np.median(peaks)) if peaks else np.nan,
             }
         )
     df = pd.DataFrame(out, index=[row["cfg"].label for row in out])

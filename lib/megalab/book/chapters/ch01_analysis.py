@@ -346,6 +346,17 @@ SHOWN = {
         },
         {"Step, median (ms)": 1},
     ),
+    "strong": (
+        {
+            "GPUs": "GPUs",
+            "step (ms)": "Step, median (ms)",
+            "interval (ms)": "95% interval (ms)",
+            "speed-up": "Speed-up over one GPU",
+            "predicted speed-up": "Predicted speed-up",
+            "MFU": ("MFU (%)", 100),
+        },
+        {"Step, median (ms)": 1, "Speed-up over one GPU": 2, "Predicted speed-up": 2},
+    ),
     "fits": (
         {
             "GPUs": "GPUs",

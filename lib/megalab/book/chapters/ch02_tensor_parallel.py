@@ -100,12 +100,10 @@ def _tp_vs_dp_group(small, ts: list) -> dict:
 
 def defining(gpus: int = 4, iters: int = ITERS) -> list:
     """The points that define the chapter's figures, re-measured by a quick reproduction beside the
-    reference: weak and strong scaling (each degree), the widest layout's loss parity, and one
-    round of the TP-against-DP comparison group with its CUDA graphs."""
+    reference: the comparison groups' configurations as they were recorded (CUDA graphs, and the
+    one eager run, at the groups' iterations): strong and weak scaling, then TP against DP at equal
+    memory use; the memory runs (strong scaling at batch 8, without CUDA graphs); the widest
+    layout's loss parity."""
     r = runs(gpus, iters)
-    return [
-        *r["weak"],
-        *r["strong"],
-        *r["parity"][-1:],
-        *[g for n, g in r["groups"].items() if n == "tp_vs_dp"],
-    ]
+    timed = [c for g in r["groups"].values() for c in g.configs]
+    return [*timed, *r["strong"], *r["parity"][-1:]]
