@@ -4,15 +4,17 @@
    the second model has the shapes, parameter count and initial weights (Megatron's own init, from
    the seeds) of a fresh process building TP 1, and parallel_state reports the new layout.
 2. Teardown leaves no Megatron state set (teardown.leftovers) and no process group but the world.
-3. The batch driver through the launcher (jobs.reuse): a run that fails in the middle is recorded as
-   failed, the next one still runs, each in its own run folder.
-4. Training, on CPU (test_train_cpu's harness): two layouts trained in one reused process give the
-   loss and grad-norm curves of fresh processes, step for step, and the second starts sooner.
+3. Training through the launcher (jobs.reuse), on CPU (test_train_cpu's harness): two layouts
+   trained in one reused process give the loss and grad-norm curves of fresh processes, step for
+   step, and the later one starts sooner; a run that fails between them is recorded as failed and
+   the next one still runs, each in its own run folder. A worker that dies records the run it was
+   in, and the runs it never reached go to a fresh launch.
 
 This file is also the torchrun worker (see `__main__` below).
 """
 
 import json
+import os
 import subprocess
 import sys
 
@@ -47,49 +49,49 @@ def test_a_reused_process_builds_the_next_layout_as_a_fresh_one_does():
     assert "megatron.core.parallel_state._TENSOR_MODEL_PARALLEL_GROUP" in first[0]["before"]
 
 
-def test_a_failing_run_in_the_middle_is_recorded_and_the_next_one_runs(tmp_path, monkeypatch):
-    from megalab import theory
-    from megalab.jobs import reuse
-
-    entry = reuse.batch_command
-    monkeypatch.setattr(  # this file as the worker: it fails every run named "boom"
-        reuse, "batch_command", lambda cfgs, f: [*entry(cfgs, f)[:5], __file__, "batch", str(f)]
-    )
-    cfgs = [
-        TINY.replace(gpus=2, pp=2),  # tp > 1 would start a launch of its own (process_key)
-        TINY.replace(gpus=2, name="boom"),
-        TINY.replace(gpus=2, layers=4),
-    ]
-    outcomes = reuse.launch_many(cfgs, runs_root=tmp_path, dry_run=True, timeout_s=300)
-    assert [o.status for o in outcomes] == ["ok", "failed", "ok"]
-    assert "boom: a failure in the middle" in outcomes[1].error["message"]
-    assert [o.reused for o in outcomes] == [{"position": i, "runs": 3} for i in range(3)]
-    assert len({o.run_dir for o in outcomes}) == 3
-    for cfg, o in zip(cfgs[::2], outcomes[::2]):
-        rows = sorted(o.parsed.params, key=lambda r: r["rank"])
-        assert [r["params"] for r in rows] == theory.params_per_rank(cfg)
-
-
 def test_layouts_trained_in_one_reused_process_train_as_fresh_ones(tmp_path, monkeypatch):
     from test_train_cpu import LOOP, cpu_train
 
     from megalab.jobs import launch, reuse
 
     entry = reuse.batch_command
-    monkeypatch.setattr(  # this file as the worker, with Megatron's CUDA calls sent to the CPU
+    monkeypatch.setattr(  # this file as the worker, CUDA calls sent to the CPU, "boom" failing
         reuse, "batch_command", lambda cfgs, f: [*entry(cfgs, f)[:5], __file__, "train", str(f)]
     )
     monkeypatch.setattr(launch, "check", lambda cfg, nproc=None: None)  # no GPU here
-    cfgs = [LOOP.replace(gpus=2, pp=2), LOOP.replace(gpus=2)]
+    cfgs = [LOOP.replace(gpus=2, pp=2), LOOP.replace(gpus=2, name="boom"), LOOP.replace(gpus=2)]
     reused = reuse.launch_many(cfgs, runs_root=tmp_path, timeout_s=300)
-    assert [o.status for o in reused] == ["ok", "ok"], reused[0].error or reused[1].error
-    for cfg, o in zip(cfgs, reused):
+    assert [o.status for o in reused] == ["ok", "failed", "ok"], [o.error for o in reused]
+    assert "boom: a failure in the middle" in reused[1].error["message"]
+    assert [o.reused for o in reused] == [{"position": i, "runs": 3} for i in range(3)]
+    assert len({o.run_dir for o in reused}) == 3
+    for cfg, o in zip(cfgs[::2], reused[::2]):
         fresh = cpu_train(2, cfg)
         for key in ("loss", "grad_norm", "lr"):
             assert [s[key] for s in o.parsed.steps] == [s[key] for s in fresh.steps]
-    marks = [o.parsed.summary["startup_marks_s"] for o in reused]
-    assert [m["batch_position"] for m in marks] == [0, 1] and marks[1]["python"] == 0.0
+    marks = [o.parsed.summary["startup_marks_s"] for o in reused[::2]]
+    assert [m["batch_position"] for m in marks] == [0, 2] and marks[1]["python"] == 0.0
     assert marks[1]["first_step"] < marks[0]["first_step"]  # no interpreter, no imports
+
+
+def test_a_worker_that_dies_records_its_run_and_the_rest_go_to_a_fresh_launch(
+    tmp_path, monkeypatch
+):
+    from megalab.jobs import reuse
+
+    entry = reuse.batch_command
+    monkeypatch.setattr(  # this file as the worker: it dies in every run named "crash"
+        reuse, "batch_command", lambda cfgs, f: [*entry(cfgs, f)[:5], __file__, "batch", str(f)]
+    )
+    cfgs = [TINY, TINY.replace(name="crash"), TINY.replace(layers=4)]  # one rank: cheaper launches
+    outcomes = reuse.launch_many(cfgs, runs_root=tmp_path, dry_run=True, timeout_s=300)
+    assert [o.status for o in outcomes] == ["ok", "failed", "ok"]
+    assert "exited with code" in outcomes[1].error["message"]
+    assert [o.reused for o in outcomes] == [
+        {"position": 0, "runs": 3},
+        {"position": 1, "runs": 3},
+        {"position": 0, "runs": 1},  # the run the worker never reached, in a launch of its own
+    ]
 
 
 # -- the torchrun worker (test-only) --------------------------------------------------------------
@@ -133,11 +135,13 @@ def _builds(tps: list[int]) -> None:
 def _failing_batch(path: str) -> None:
     from megalab.train import batch, loop
 
-    build = loop.build_chunks
+    build = loop.build_chunks  # "boom" raises, "crash" dies
 
     def build_chunks(cfg, config, dry_run):
         if cfg.name == "boom":
             raise RuntimeError("boom: a failure in the middle")
+        if cfg.name == "crash":
+            os._exit(3)
         return build(cfg, config, dry_run)
 
     loop.build_chunks = build_chunks
@@ -150,9 +154,7 @@ if __name__ == "__main__":
     elif sys.argv[1] == "train":
         from test_train_cpu import _send_cuda_to_cpu
 
-        from megalab.train import batch
-
         _send_cuda_to_cpu()
-        batch.main(sys.argv[2:])
+        _failing_batch(sys.argv[2])
     else:
         _builds([int(a.removeprefix("tp")) for a in sys.argv[1:]])

@@ -60,12 +60,12 @@ def main(argv=None, probes: list | None = None) -> None:
     with open(argv[0]) as f:
         runs = [json.loads(line)["argv"] for line in f if line.strip()]
     rank = int(os.environ.get("RANK", "0"))
-    control = start(runs)
+    control, key = start(runs)
     for i, run_argv in enumerate(runs):
         if rank == 0:
             log.emit({"kind": "batch", "run": i, "runs": len(runs)})
         started = loop._LAUNCH if i == 0 else time.time()
-        status = agree(run_one(run_argv, i, started, rank, probes or []), control)
+        status = agree(run_one(run_argv, i, started, rank, key, probes or []), control)
         teardown(keep=[control])
         if rank == 0:
             log.emit({"kind": "batch", "run": i, "status": status})
@@ -75,10 +75,11 @@ def main(argv=None, probes: list | None = None) -> None:
     torch.distributed.destroy_process_group()
 
 
-def start(runs: list) -> object:
-    """The process-wide settings of the first run that parses (the launcher gives every run the
-    same process_key), the world process group and a gloo group for agreeing on each run's
-    status."""
+def start(runs: list) -> tuple:
+    """Set the process-wide settings of the first run that parses (the launcher gives every run the
+    same process_key) and start the world process group; returns a gloo group for agreeing on each
+    run's status, and that run's process_key."""
+    key = None
     for run_argv in runs:
         args = parse_args(run_argv)
         try:
@@ -89,6 +90,7 @@ def start(runs: list) -> object:
             os.environ.update(wiring.environment(cfg))
         if not cfg.compile:
             os.environ["TORCH_COMPILE_DISABLE"] = "1"
+        key = process_key(cfg)
         break
     import torch
 
@@ -96,16 +98,17 @@ def start(runs: list) -> object:
     if not dry:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     torch.distributed.init_process_group("gloo" if dry else "nccl")
-    return torch.distributed.new_group(backend="gloo", timeout=timedelta(seconds=AGREE_TIMEOUT_S))
+    timeout = timedelta(seconds=AGREE_TIMEOUT_S)
+    return torch.distributed.new_group(backend="gloo", timeout=timeout), key
 
 
-def run_one(argv: list, position: int, started: float, rank: int, probes: list) -> str:
+def run_one(argv: list, position: int, started: float, rank: int, key, probes: list) -> str:
     """One run as megalab.train.loop.main runs it, its failure printed and returned as a status."""
     args = parse_args(argv)
     try:
         cfg = checked_config(args)
-        if not reusable(cfg):
-            raise InvalidLayout(f"{cfg.label} cannot share a process: launch it on its own")
+        if not reusable(cfg) or process_key(cfg) != key:
+            raise InvalidLayout(f"{cfg.label} cannot share this process: launch it on its own")
     except InvalidLayout as e:
         if rank == 0:
             log.emit({"kind": "error", "status": "invalid", "rank": rank, "message": str(e)})
