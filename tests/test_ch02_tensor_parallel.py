@@ -283,21 +283,21 @@ def test_a_large_model_fits_only_with_tp():
 
 
 def test_defining_is_what_the_figures_read():
-    """A quick reproduction re-measures the groups' configurations as recorded (CUDA graphs, the one
+    """A quick reproduction re-measures the groups as recorded (Group.run: CUDA graphs, the one
     eager run, the groups' iterations), the memory runs and the widest loss parity."""
-    from megalab.book.specs import GROUP_ITERS, Parity, keys_of
+    from megalab.book.specs import Group, keys_of
 
     r = chapters.tensor_parallel(4)
     got = paper.defining(4)
-    cfgs = [c for c in got if not isinstance(c, Parity)]
-    for name in ("tp", "tp_vs_dp"):
-        assert set(r["groups"][name].configs) <= set(cfgs), name
+    assert [g for g in got if isinstance(g, Group)] == list(r["groups"].values())
+    keys = {k for item in got for k in keys_of(item)}
     timed = {
         c.key for g in ("ch02.tp", "ch02.tp-vs-dp") for c in timings.group(None, g, "H200")["cfg"]
     }
-    assert timed <= {c.key for c in cfgs}  # exactly the recorded configurations
-    assert set(r["strong"]) <= set(cfgs) and got[-1] == r["parity"][-1]
-    graphed = [c for c in cfgs if c.iters == GROUP_ITERS]
-    assert sum(c.cuda_graphs == "none" for c in graphed) == 1  # TP 2 eager, as recorded
-    assert not set(keys_of(r["tp_vs_dp"][-1])) & {k for c in cfgs for k in keys_of(c)}
-    assert paper.defining(1) and not any(c.tp > 1 for c in paper.defining(1))
+    assert timed <= keys  # exactly the recorded configurations
+    assert {c.key for c in r["strong"]} <= keys and got[-1] == r["parity"][-1]
+    assert sum(c.cuda_graphs == "none" for c in r["groups"]["tp"].configs) == 1  # TP 2 eager
+    assert not set(keys_of(r["tp_vs_dp"][-1])) & keys
+    assert paper.defining(1) and not any(
+        c.tp > 1 for item in paper.defining(1) for c in getattr(item, "configs", [item])
+    )

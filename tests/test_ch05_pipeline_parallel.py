@@ -2,6 +2,8 @@
 legal, fit, and are the chapter's plan less what it reads (tests/test_chapters.py: the store answers
 what it reads)."""
 
+from pathlib import Path
+
 import pytest
 
 import megalab
@@ -232,3 +234,94 @@ def test_the_measured_schedules_run_megatrons_order(p, which):
     assert theory.schedule_bubble(ideal) == pytest.approx(
         theory.bubble_over_ideal(cfg.pp, cfg.num_microbatches, cfg.vpp)
     )
+
+
+# -- the micro-batch-count sweep as a comparison group
+# --------------------------------------------------------------------------------------------------
+PLAN = Path(__file__).parents[1] / "tools" / "gpu" / "plans" / "ch05-msweep.txt"
+
+
+def _m_sweep(gpus: int = 4) -> specs.Group:
+    return chapters.runs("ch05", gpus)["groups"]["m_sweep"]
+
+
+@pytest.mark.parametrize("gpus", [1, 2, 4, 8])
+def test_the_m_sweep_is_ch05_vpp_1f1b_row_at_each_micro_batch_count(gpus):
+    """ch05.m-sweep: gpt-1.2b PP 2 with CUDA graphs at micro-batch 4, m = 2, 4, 8, 16 (global batch
+    m × 4), valid on a 4x H200 host with TE and fitting an H200; each differs from ch05.vpp's 1F1B
+    row in the global batch only, and m = 8 is that row. m = 2, the largest bubble, is profiled."""
+    g = _m_sweep(gpus)
+    one_f1b = chapters.runs("ch05", gpus)["groups"]["vpp"].configs[0]
+    assert g.name == "ch05.m-sweep" and g.tag == "group.ch05.m-sweep"
+    assert [c.num_microbatches for c in g.configs] == list(ch05.SWEEP_M) == [2, 4, 8, 16]
+    assert [c.gbs for c in g.configs] == [8, 16, 32, 64]
+    for cfg in g.configs:
+        cfg.validate(gpus_available=4, te_available=True, gpu_name="H200")
+        assert theory.plan(cfg)["memory_gib"]["fits"], cfg.label
+        assert cfg.replace(gbs=one_f1b.gbs) == one_f1b, cfg.label
+        assert (cfg.pp, cfg.vpp, cfg.dp, cfg.mbs, cfg.cuda_graphs) == (2, 1, 1, 4, "te")
+    assert g.configs[2].key == one_f1b.key
+    assert g.configs[g.profiled].num_microbatches == 2
+
+
+def test_the_m_sweep_alternates_three_rounds_as_theory_asks():
+    """Time per sample ∝ 1 + (p−1)/m (Narayanan et al. 2021 §2.2.1): 1.5, 1.25, 1.125, 1.0625 at p =
+    2; neighbours differ by 20%, 11% and 5.9%, and a difference under 10% takes 3 rounds."""
+    per_sample = [1 + theory.bubble_over_ideal(2, m) for m in ch05.SWEEP_M]
+    assert per_sample == [1.5, 1.25, 1.125, 1.0625]
+    gaps = [round(a / b - 1, 3) for a, b in zip(per_sample, per_sample[1:])]
+    assert gaps == [0.2, 0.111, 0.059]
+    assert _m_sweep().rounds == 3
+    assert ch05._rounds(2, (2, 4)) == 2  # 20% apart: two rounds do
+
+
+@pytest.mark.parametrize("gpus", [2, 4])
+def test_the_m_sweep_is_planned_as_one_block_after_ch05_vpp(gpus, tmp_path):
+    """On an empty store the plan holds ch05.vpp's block, then ch05.m-sweep's: the warm-up, m = 2,
+    4, 8, 16 alternated three times, the profiled m = 2 run; every line alone on the host."""
+    from megalab.book import recording
+    from megalab.jobs.running import Store
+
+    found = chapters.runs("ch05", gpus)["groups"]
+    vpp, sweep = found["vpp"].plan_lines(), found["m_sweep"].plan_lines()
+    lines = recording.plan("ch05", gpus, missing_only=True, store=Store(tmp_path), host_gpus=gpus)
+    assert lines[: len(vpp) + len(sweep)] == vpp + sweep
+    timed = sweep[1:-1]
+    assert sweep[0].startswith("warmup! ") and len(timed) == 3 * 4
+    assert timed[:4] == timed[4:8] == timed[8:] and len(set(timed[:4])) == 4
+    assert all(line.startswith("group.ch05.m-sweep! ") for line in timed)
+    assert sweep[-1] == timed[0] + " --profile"
+
+
+def test_the_m_sweep_is_recorded_by_its_own_tag_only(tmp_path):
+    """ch05.vpp's records of the shared m = 8 run do not count for ch05.m-sweep: it is recorded when
+    its own tag holds three rounds of every m and the profiled m = 2 run, and then leaves the
+    plan."""
+    from run_records import record
+
+    from megalab.book import recording
+    from megalab.jobs.running import Store
+
+    sweep, store = _m_sweep(), Store(tmp_path)
+    at = iter(f"2030-01-01T{h:02d}:{m:02d}:00Z" for h in range(3) for m in range(60))
+    add = lambda c, *tags: store.append(record(c, tags=list(tags), at=next(at)))  # noqa: E731
+    for _ in range(3):
+        for c in sweep.configs:
+            add(c, *(["group.ch05.vpp"] if c.num_microbatches == 8 else [sweep.tag]))
+    add(sweep.configs[0], sweep.tag, "profile")
+    assert not recording.is_recorded(sweep, store)  # m = 8 timed in ch05.vpp only
+    for _ in range(3):
+        add(sweep.configs[2], sweep.tag)
+    assert recording.is_recorded(sweep, store)
+    assert not any(
+        line.startswith(sweep.tag)
+        for line in recording.plan("ch05", missing_only=True, store=store)
+    )
+
+
+def test_the_m_sweep_plan_file_is_the_printed_plan():
+    """tools/gpu/plans/ch05-msweep.txt holds the group's lines as `megalab experiments ch05 --gpus 4
+    --host-gpus 4 --missing` prints them, under its # header."""
+    text = PLAN.read_text().splitlines()
+    assert text[0].startswith("# ") and "plan_cost.py" in "".join(text)
+    assert [line for line in text if not line.startswith("#")] == _m_sweep().plan_lines()

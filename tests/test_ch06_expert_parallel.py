@@ -140,3 +140,72 @@ def test_every_seed_row_is_queued_at_eight_gpus_and_valid():
             f"no pending(8) run for {experts} experts, EP {ep} x ETP {etp}, dist_opt={dist_opt}"
         )
         assert all(c.problems() == [] for c in found)
+
+
+def _neutral(cfg: RunConfig) -> RunConfig:
+    """cfg with what ch06's groups vary set aside: the layout (ep, etp, distributed optimizer,
+    dispatcher) and the balance."""
+    return cfg.replace(ep=1, etp=1, dist_opt=False, moe_dispatcher="alltoall", moe_balance="force")
+
+
+def test_the_aux_group_varies_only_layout_and_balance():
+    """ch06.ep-aux (issue 44 item 4): DP 2 + distributed optimizer, EP 2 with both dispatchers and
+    ETP 2 with the auxiliary loss at 0.01, then EP 2 and ETP 2 forced; distinct, valid on a 2x H200
+    host with TE, fitting an H200, and otherwise ch06.ep's runs (olmoe-like, mbs 4, gbs 8, TE CUDA
+    graphs). ETP 2 at TP 1 on 2 GPUs: expert TP x EP x PP = 2 tiles the world (Megatron Core's
+    initialize_model_parallel), attention stays data-parallel. Two rounds, ETP 2 with the loss
+    profiled."""
+    from megalab import theory
+    from megalab.book.chapters.ch06_expert_parallel import AUX_COEFF
+
+    found = chapters.runs("ch06", 2)["groups"]
+    forced, aux = found["ep"], found["ep_aux"]
+    assert (aux.name, aux.tag, aux.rounds) == ("ch06.ep-aux", "group.ch06.ep-aux", 2)
+    assert [(c.dist_opt, c.ep, c.etp, c.moe_dispatcher, c.moe_balance) for c in aux.configs] == [
+        (True, 1, 1, "alltoall", "aux_loss"),
+        (False, 2, 1, "alltoall", "aux_loss"),
+        (False, 2, 1, "allgather", "aux_loss"),
+        (False, 1, 2, "alltoall", "aux_loss"),
+        (False, 2, 1, "alltoall", "force"),
+        (False, 1, 2, "alltoall", "force"),
+    ]
+    assert len({c.key for c in aux.configs}) == len(aux.configs) <= 6
+    assert {_neutral(c) for c in (*aux.configs, *forced.configs)} == {_neutral(forced.configs[0])}
+    assert {c.moe_aux_coeff for c in aux.configs} == {AUX_COEFF} == {0.01}
+    assert (
+        aux.configs[aux.profiled].etp == 2 and aux.configs[aux.profiled].moe_balance == "aux_loss"
+    )
+    assert forced.configs[2] in aux.configs  # EP 2 forced: the bridge to ch06.ep
+    for c in aux.configs:
+        c.validate(gpus_available=2, te_available=True, gpu_name="H200")
+        assert (c.gpus, c.tp, c.mbs, c.gbs, c.iters) == (2, 1, 4, 8, specs.GROUP_ITERS)
+        assert c.cuda_graphs == "te" and theory.plan(c)["memory_gib"]["fits"], c.label
+        assert c.gpus % (c.etp * c.ep * c.pp) == 0
+
+
+def test_the_aux_group_is_planned_as_one_block_and_recorded_by_its_tag(tmp_path):
+    """`megalab experiments ch06 --gpus 2 --host-gpus 2 --missing` prints ch06.ep-aux as one block
+    (warm-up, A..F twice, the profiled ETP run) after ch06.ep's; records tagged ch06.ep-aux settle
+    it and leave ch06.ep open, though both groups time EP 2 forced."""
+    from megalab.book import recording
+    from megalab.jobs.running import Store
+    from run_records import record
+
+    found = chapters.runs("ch06", 2)["groups"]
+    forced, aux = found["ep"], found["ep_aux"]
+    store = Store(tmp_path)
+    plan = lambda: recording.plan("ch06", 2, missing_only=True, store=store, host_gpus=2)  # noqa: E731
+    block, at = aux.plan_lines(), len(forced.plan_lines())
+    assert plan()[at : at + len(block)] == block
+    timed = [line for line in block if line.startswith(aux.tag + "! ")]
+    assert block[0].startswith("warmup! ") and len(timed) == 2 * len(aux.configs) + 1
+    assert block[-1] == timed[aux.profiled] + " --profile" and " --etp 2 " in block[-1]
+    for i, c in enumerate(aux.configs * aux.rounds):
+        store.append(record(c, tags=[aux.tag], at=f"2030-01-01T00:{i:02d}:00Z"))
+    assert not recording.is_recorded(aux, store)  # no profiled run
+    store.append(
+        record(aux.configs[aux.profiled], tags=[aux.tag, "profile"], at="2030-01-01T00:30:00Z")
+    )
+    assert recording.is_recorded(aux, store) and not recording.is_recorded(forced, store)
+    left = plan()
+    assert left[:at] == forced.plan_lines() and not any(x.startswith(aux.tag) for x in left)

@@ -42,6 +42,14 @@ def _recorded(store, at="2025-01-01T00:00:00Z"):
         store.append(record(cfg, tags=[GROUP.tag], at=at, git_commit="0ld"))
 
 
+def _quick(store):
+    """The book's recording, and a quick reproduction "q" that marks the group (and its warm-up)."""
+    _recorded(store)
+    keys = [c.key for c in (GROUP.warmup, *GROUP.configs)]
+    env = {"gpu_name": "NVIDIA H200", "gpu_count": 2}
+    store.append(reproductions.make("q", "p", 2, "auto", "started", env, True, quick_keys=keys))
+
+
 def test_live_measures_as_the_plan_records_and_reads_this_recording(live):
     store, launches, _ = live
     _recorded(store)  # an older recording: set aside by the newer one
@@ -85,10 +93,7 @@ def test_too_few_gpus_read_the_reference(live, monkeypatch):
 
 def test_a_quick_reproduction_measures_one_round_and_resumes(live):
     store, launches, stop = live
-    _recorded(store)
-    keys = [c.key for c in (GROUP.warmup, *GROUP.configs)]
-    env = {"gpu_name": "NVIDIA H200", "gpu_count": 2}
-    store.append(reproductions.make("q", "p", 2, "auto", "started", env, True, quick_keys=keys))
+    _quick(store)
     stop["at"] = 3  # Ctrl-C while the second configuration runs
     with reproduction.active("q"), pytest.raises(KeyboardInterrupt):
         GROUP.run("auto", store=store)
@@ -104,10 +109,7 @@ def test_a_quick_reproduction_measures_one_round_and_resumes(live):
 
 def test_the_books_recording_answers_outside_the_reproduction(live):
     store, _, _ = live
-    _recorded(store)
-    keys = [c.key for c in (GROUP.warmup, *GROUP.configs)]
-    env = {"gpu_name": "NVIDIA H200", "gpu_count": 2}
-    store.append(reproductions.make("q", "p", 2, "auto", "started", env, True, quick_keys=keys))
+    _quick(store)
     with reproduction.active("q"):
         assert list(GROUP.run("auto", store=store)["runs"]) == [1, 1]  # the reader's own
     assert list(GROUP.run("cached", store=store)["runs"]) == [2, 2]  # the book's, still

@@ -42,3 +42,17 @@ def test_a_line_costs_its_nearest_recorded_run(tmp_path):
     assert abs(rows[1][2] - scaled) < 1e-9
     assert rows[2][2] == cost.UNKNOWN_S
     assert abs(rows[4][2] - (30.0 + 40 * step * cost.PROFILE_FACTOR + cost.TEARDOWN_S)) < 1e-9
+
+
+def test_a_run_that_stops_on_a_tight_median_costs_its_fewest_steps(tmp_path):
+    from megalab.metrics import WARMUP_STEPS
+    from megalab.records.timings import MIN_TIMED
+    from run_records import CFG, record
+
+    store = Store(tmp_path / "results")
+    store.append(record(CFG, summary={**record(CFG)["summary"], "startup_s": 30.0}))
+    step = record(CFG)["summary"]["step_time_s"]
+    plan = tmp_path / "plan.txt"
+    plan.write_text(f"g! {' '.join(config_to_args(CFG.replace(iters=40, stop_when_tight=True)))}\n")
+    [(_, _, seconds, how)] = cost.estimate(str(plan), store=store, gpu="H200")
+    assert how == "=" and seconds == 30.0 + (WARMUP_STEPS + MIN_TIMED) * step + cost.TEARDOWN_S

@@ -37,6 +37,7 @@ NEUTRAL = dict(
     init="layout_invariant",
     runner="megalab",
     moe_balance="aux_loss",
+    stop_when_tight=False,
 )
 
 
@@ -70,6 +71,15 @@ def _scaled(step: float, recorded, cfg) -> float:
     return step * cfg.gbs / recorded.gbs * factor
 
 
+def _steps(cfg) -> int:
+    """The steps a run trains: all its iters, or, stopping on a tight median, the fewest it may
+    (warm-up steps and MIN_TIMED timed ones: a steady step is tight there)."""
+    from megalab.metrics import WARMUP_STEPS
+    from megalab.records.timings import MIN_TIMED
+
+    return min(cfg.iters, WARMUP_STEPS + MIN_TIMED) if cfg.stop_when_tight else cfg.iters
+
+
 def line_cost(cfg, profiled: bool, costs: dict) -> tuple[float, str]:
     """(seconds, how it was found: '=' same configuration, '~' at another batch or graph setting,
     '?' none)."""
@@ -80,7 +90,7 @@ def line_cost(cfg, profiled: bool, costs: dict) -> tuple[float, str]:
         return UNKNOWN_S, "?"
     step = statistics.median(_scaled(c[1], c[2], cfg) for c in found)
     startup = statistics.median(c[0] for c in found)
-    steps = cfg.iters * step * (PROFILE_FACTOR if profiled else 1.0)
+    steps = _steps(cfg) * step * (PROFILE_FACTOR if profiled else 1.0)
     return startup + steps + TEARDOWN_S, how
 
 

@@ -108,7 +108,8 @@ def estimate(
     r = chapters.runs(chapter, gpus)
     # what runs here: a run wider than the machine is answered by its reference record
     asked = [i for i in items(r) if getattr(i, "cfg", i).gpus <= gpus]
-    timed = [g for g in groups(r) if g.warmup.gpus <= gpus]  # measured as Group.run does
+    # the groups its timing figures read, measured as Group.run does
+    timed = [g for g in groups(chapters.defining(chapter, gpus)) if g.warmup.gpus <= gpus]
     cost = recorded_costs(store, gpu)
     quick = set(quick_keys(page, gpus, gpu))
     done = Counter()

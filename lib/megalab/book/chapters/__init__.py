@@ -114,15 +114,12 @@ def defining(name: str, gpus: int = 4, **kw) -> list:
     re-measures beside the reference with `megalab reproduce chNN --mode live --quick`, with the
     chapter's own CUDA-graph and comparison-group settings, since they are its own RunConfigs); []
     when the chapter marks none (a quick reproduction then launches only what nothing records).
-    Every configuration of the chapter's comparison groups (specs.Group) that fits on `gpus` is one
-    too, with its warm-up run: a timing figure reads its group, so the reader's own point is timed
-    like it (CUDA graphs and all; specs.Group.run)."""
+    The comparison groups (specs.Group) it marks are those its timing figures read (Group.run):
+    each comes with its warm-up run, so the reader's own points are timed like the book's."""
     from megalab.book import specs
 
     module = _module(name)
     marked = list(module.defining(gpus, **kw)) if hasattr(module, "defining") else []
-    grouped = [
-        c for g in specs.groups(runs(name, gpus)) for c in (g.warmup, *g.configs) if c.gpus <= gpus
-    ]
+    warmups = [g.warmup for g in marked if isinstance(g, specs.Group) and g.warmup.gpus <= gpus]
     have = {k for item in marked for k in specs.keys_of(item)}
-    return marked + list({c.key: c for c in grouped if c.key not in have}.values())
+    return marked + list({c.key: c for c in warmups if c.key not in have}.values())

@@ -105,5 +105,4 @@ def defining(gpus: int = 4, iters: int = ITERS) -> list:
     memory use; the memory runs (strong scaling at batch 8, without CUDA graphs); the widest
     layout's loss parity."""
     r = runs(gpus, iters)
-    timed = [c for g in r["groups"].values() for c in g.configs]
-    return [*timed, *r["strong"], *r["parity"][-1:]]
+    return [*r["groups"].values(), *r["strong"], *r["parity"][-1:]]

@@ -201,8 +201,9 @@ def pending(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> dict:
 def defining(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> list:
     """The points that define the chapter's figures, re-measured by a quick reproduction beside the
     reference: memory against length (one GPU at 8k and 32k tokens), CP's strong scaling at 32k
-    (each recorded degree) and each comm type at 16k tokens at the top degree."""
+    (each recorded degree), each comm type at 16k tokens at the top degree, and the CP group its
+    speed-up figure reads."""
     r = runs(gpus, iters, gpu)
     one = [c for c in r["seq_1gpu"] if c.seq in (BASE_SEQ, LONG_SEQ)]
     comm = [c for rs in r.get("comm", {}).values() for c in rs if c.seq == 2 * BASE_SEQ]
-    return [*one, *r.get("strong", []), *comm]
+    return [*one, *r.get("strong", []), *comm, *r["groups"].values()]

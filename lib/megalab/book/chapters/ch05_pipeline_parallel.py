@@ -18,16 +18,21 @@ p), each timed run alone on its host (`megalab experiments ch05 --gpus 4` prints
   trainer's summary but status timeout: its ranks hung at exit until the time limit (`results.trained`
   counts it as trained).
 
+Comparison groups (`runs()["groups"]`: gpt-1.2b PP 2, micro-batch 4, CUDA graphs, each run alone on
+one host, alternated): `ch05.vpp`, 1F1B against VPP 2 and 4 at m = 8, recorded; `ch05.m-sweep`, 1F1B
+at m = 2, 4, 8, 16 (`SWEEP_M`), three rounds, planned and not recorded yet.
+
 Queued (`pending`): the rest of the chapter's plan (Shoeybi et al. 2019's gpt-8.3b, 72 layers, with
 Transformer Engine, which theory puts above one H200's memory at micro-batch 1 and well inside it on
 two pipeline stages): PP 8's sweeps, chunk counts, stage alone, profiled steps and layouts; the seed
 tutorial's TP+SP 2 × PP 4 chunk sweep on 8 GPUs (`SEED_VPP`, the one row of its 8× H100 table the
 sweeps do not hold); and parity of the pipelines not recorded yet. The four-GPU plan is recorded
-whole.
+whole, ch05.m-sweep aside.
 """
 
 from __future__ import annotations
 
+from megalab import theory
 from megalab.runs import presets
 from megalab.book.specs import (
     GROUP_ITERS,
@@ -71,6 +76,9 @@ RECORDED = {
     },
 }
 RECORDED_PP = tuple(RECORDED)  # (2, 4)
+# The bubble timed as a comparison group: gpt-1.2b PP 2 (1F1B, CUDA graphs, micro-batch 4) at m
+# micro-batches per step, global batch m × 4; time per sample against (p − 1)/m.
+SWEEP_M = (2, 4, 8, 16)
 
 
 def _microbatches(gbs: int) -> list[int]:
@@ -83,6 +91,14 @@ def _one_stage(p: int, iters: int) -> list:
     big = presets.get(MODEL).replace(iters=iters)
     gbs = SEQS_PER_STAGE * p
     return [big.replace(layers=big.layers // p, mbs=gbs // m, gbs=gbs) for m in _microbatches(gbs)]
+
+
+def _rounds(p: int, ms) -> int:
+    """Rounds a 1F1B sweep over the micro-batch counts `ms` needs (specs.Group): 3 where the time
+    per sample theory predicts, ∝ 1 + (p−1)/m, differs by under 10% between neighbours, else 2. At
+    p = 2, m = 2, 4, 8, 16: 20%, 11% and 5.9%, so 3."""
+    per_sample = [1 + theory.bubble_over_ideal(p, m) for m in ms]
+    return 3 if min(a / b - 1 for a, b in zip(per_sample, per_sample[1:])) < 0.10 else 2
 
 
 def _llama_350m():
@@ -195,10 +211,19 @@ def runs(gpus: int = 2, iters: int = ITERS) -> dict:
         ],
         # ... and PP 2, PP 2 × VPP 2 on two GPUs against the same one-GPU reference
         "parity_pp2": [q for q in plans[2]["parity"] if q.cfg.pp == 2],
-        # 2. interleaving against 1F1B timed on one host, alternated, with CUDA graphs: gpt-1.2b PP
-        # 2 at m = 8,
-        #    v = 1, 2, 4; v = 2 profiled
-        "groups": {"vpp": Group("ch05.vpp", [pipe2.replace(vpp=v) for v in (1, 2, 4)], profiled=1)},
+        # timed on one host, alternated, with CUDA graphs: gpt-1.2b PP 2 at micro-batch 4
+        "groups": {
+            # 2. interleaving against 1F1B at m = 8: v = 1, 2, 4; v = 2 profiled
+            "vpp": Group("ch05.vpp", [pipe2.replace(vpp=v) for v in (1, 2, 4)], profiled=1),
+            # 1. the bubble: 1F1B at m = 2, 4, 8, 16 (m = 8 is ch05.vpp's v = 1); m = 2, the
+            # largest bubble, profiled
+            "m_sweep": Group(
+                "ch05.m-sweep",
+                [pipe2.replace(gbs=m * pipe2.mbs * pipe2.dp) for m in SWEEP_M],
+                rounds=_rounds(pipe2.pp, SWEEP_M),
+                profiled=0,
+            ),
+        },
     }
 
 

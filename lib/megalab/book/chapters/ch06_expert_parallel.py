@@ -16,7 +16,8 @@ accumulate weight gradients straight into the fp32 main_grad, and MoE layers use
 permutation and router and TE's CUTLASS grouped GEMM (megalab.train.wiring). A configuration's
 newest record answers it; the ones made before `FUSIONS_AT` ran the older trainer (the evidence
 page sets them side by side). The chapter's step times come from the comparison group `ch06.ep`
-(`_groups`); ch06_analysis reads it.
+(`_groups`, forced balance); ch06_analysis reads it. A second group, `ch06.ep-aux`, times the
+layouts with the auxiliary loss and ETP (queued: the chapter does not read it yet).
 """
 
 from __future__ import annotations
@@ -51,8 +52,9 @@ FIT_ITERS = 5  # a fit probe needs the peak of a step, not a timing
 GPU = "H200"  # the reference records' GPU: the fits probe its memory
 
 
-# the comparison group's micro-batch (4 sequences per GPU as one micro-batch) and GPUs
+# the comparison groups' micro-batch (4 sequences per GPU as one micro-batch) and GPUs
 GROUP_MBS, GROUP_GPUS = 4, 2
+AUX_COEFF = 0.01  # the auxiliary loss's weight in ch06.ep-aux (RunConfig's default)
 
 
 def _groups(gpus: int) -> dict:
@@ -71,7 +73,25 @@ def _groups(gpus: int) -> dict:
     )
     dp = [wide.replace(dist_opt=o) for o in (False, True)]
     ep = [wide.replace(ep=GROUP_GPUS, moe_dispatcher=d) for d in ("alltoall", "allgather")]
-    return {"ep": Group("ch06.ep", dp + ep, profiled=len(dp))}
+    return {"ep": Group("ch06.ep", dp + ep, profiled=len(dp)), "ep_aux": _aux_group(wide)}
+
+
+def _aux_group(forced) -> Group:
+    """ch06.ep-aux: the layouts with the auxiliary loss (weight 0.01) routing the tokens, beside
+    forced balance where the layouts differ most. With the loss the router learns, the experts'
+    loads drift apart, and an EP rank waits for the busiest; ETP splits every expert over the
+    GPUs, so each rank does the same work whatever the router does. DP 2 + distributed optimizer,
+    EP 2 with both dispatchers and ETP 2 with the loss; EP 2 (alltoall) and ETP 2 forced, the
+    pairs that price the imbalance within one group. ETP 2 with the loss profiled."""
+    aux = forced.replace(moe_balance="aux_loss", moe_aux_coeff=AUX_COEFF)
+    layouts = [
+        aux.replace(dist_opt=True),
+        *(aux.replace(ep=GROUP_GPUS, moe_dispatcher=d) for d in ("alltoall", "allgather")),
+        aux.replace(etp=GROUP_GPUS),
+        forced.replace(ep=GROUP_GPUS),
+        forced.replace(etp=GROUP_GPUS),
+    ]
+    return Group("ch06.ep-aux", layouts, profiled=3)
 
 
 # the routing lesson: steps, of which the learning rate warms up over the first ROUTING_WARMUP
