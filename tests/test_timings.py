@@ -314,6 +314,10 @@ def test_timings_refuse_to_compare_runs_of_several_groups_hosts_commits_or_train
         "mixes hosts": _member(B, 80.0, "2030-01-01T00:02:00Z", host={**HOST, "cpu_count": 32}),
         "mixes commits": _member(B, 80.0, "2030-01-01T00:02:00Z", commit="beef000"),
         "mixes trainer revisions": _member(B, 80.0, "2025-01-01T00:00:00Z"),
+        "reused process, others in fresh ones": {
+            **(reused := _member(B, 80.0, "2030-01-01T00:02:00Z")),
+            "env": {**reused["env"], "reused_process": "run 2 of 2"},
+        },
     }
     for reason, other in cases.items():
         with pytest.raises(timings.NotOneGroup, match=reason) as e:

@@ -18,6 +18,7 @@ __all__ = [
     "NotRecorded",
     "NotEnoughGPUs",
     "run",
+    "run_many",
     "axes",
     "bench",
     "calibration",
@@ -60,6 +61,7 @@ _LAZY = {
     "NotRecorded": ("jobs.running", "NotRecorded"),
     "NotEnoughGPUs": ("jobs.launch", "NotEnoughGPUs"),
     "run": ("jobs.running", "run"),
+    "run_many": ("jobs.running", "run_many"),
 }
 # The short names notebooks import (`from megalab import results, store`) and where each module
 # lives now.

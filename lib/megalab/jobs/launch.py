@@ -88,6 +88,8 @@ class RunOutcome:
     parsed: metrics.Parsed
     run_dir: Path | None
     returncode: int | None
+    # {"position": i, "runs": n} for a run that shared its process with others (megalab.jobs.reuse)
+    reused: dict | None = None
 
     @property
     def ok(self) -> bool:
@@ -291,7 +293,7 @@ def _signal(pids: Iterable[int], sig: int) -> None:
             pass
 
 
-def _kill_group(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
+def kill_group(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
     """SIGTERM the child's process group (torchrun stops its ranks), then SIGKILL whatever is left
     after grace_s, the ranks included."""
     ranks = _descendants(proc.pid)
@@ -406,11 +408,11 @@ def launch(
 
         def on_timeout():
             timed_out.set()
-            _kill_group(proc)
+            kill_group(proc)
 
         def on_hang():
             hung.set()
-            _kill_group(proc)
+            kill_group(proc)
 
         timer = threading.Timer(timeout_s, on_timeout)
         timer.daemon = True
@@ -438,7 +440,7 @@ def launch(
                     print(line, flush=True)
             proc.wait()
         except BaseException:  # Ctrl-C / notebook interrupt: stop every rank, then re-raise
-            _kill_group(proc, grace_s=3)
+            kill_group(proc, grace_s=3)
             raise
         finally:
             terminated.__exit__()

@@ -149,6 +149,12 @@ def _live(cfg, store: Store, tags, timeout_s, progress, launch_kw=None) -> Resul
     # a $MEGALAB_COMMIT that is no commit name stops us before the run, not after
     commit = git_commit()
     outcome = launch.launch(cfg, timeout_s=timeout_s, progress=progress, **launch_kw)
+    return _recorded(cfg, outcome, store, tags, commit, launch_kw)
+
+
+def _recorded(cfg, outcome, store: Store, tags, commit, launch_kw=None) -> Result:
+    """The record of a launched run, appended to the store (node 0's only, over several nodes)."""
+    launch_kw = launch_kw or {}
     env = (outcome.parsed.summary or {}).get("env") if outcome.parsed else None
     # the peer prints no environment: this process fingerprints the host
     if cfg.runner == "megatron-lm":
@@ -308,6 +314,44 @@ def run(
     if not quiet and result.source != "cached":
         print(result.describe())
     return result
+
+
+def run_many(
+    cfgs,
+    mode: str = "auto",
+    reuse: bool = False,
+    tags: Iterable[str] = (),
+    store: Store | str | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    progress: bool = True,
+    quiet: bool = False,
+) -> list[Result]:
+    """`run` for each configuration, one Result each, in order.
+
+    reuse=True (off by default): the runs measured live here share one launch per world size
+    (megalab.jobs.reuse): the interpreter, imports and process group are paid once. Each is still
+    its own record, its env saying it ran in a reused process (env.reused_process); comparison
+    groups refuse to mix those with fresh runs (records.timings.one_group). Runs tagged for a
+    comparison group (group.*) and the runs of a live reproduction launch fresh, as `run`."""
+    from megalab.jobs.reuse import launch_many
+    from megalab.machine.env import git_commit
+
+    cfgs, store, tags = list(cfgs), as_store(store), list(tags)
+    one = lambda cfg: run(cfg, mode, tags, store, timeout_s, progress, quiet=quiet)  # noqa: E731
+    fresh = any(t.startswith("group.") for t in tags) or reproduction.current(store) is not None
+    if not reuse or fresh or mode == "cached":
+        return [one(cfg) for cfg in cfgs]
+    here = _local_hardware()
+    for cfg in cfgs:
+        cfg.validate()  # an impossible layout is answered as such, before anything runs
+    live = [i for i, cfg in enumerate(cfgs) if select(cfg, mode, store, *here)[0] == "live"]
+    commit = git_commit()
+    outcomes = launch_many([cfgs[i] for i in live], timeout_s=timeout_s)
+    measured = {i: _recorded(cfgs[i], o, store, tags, commit) for i, o in zip(live, outcomes)}
+    for i in live:
+        if not quiet:
+            print(measured[i].describe())
+    return [measured[i] if i in measured else one(c) for i, c in enumerate(cfgs)]
 
 
 def frame(

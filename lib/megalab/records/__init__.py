@@ -19,7 +19,9 @@ from megalab.records.schema import (
     SUMMARY_FIELDS,
     TRAINER_CHANGES,
     WARMUP_TAG,
+    REUSED,
     is_repeat,
+    is_reused,
     is_warmup,
     label_of,
     make_record,
@@ -34,6 +36,8 @@ from megalab.records.schema import (
 
 __all__ = [
     "ENV_FIELDS",
+    "REUSED",
+    "is_reused",
     "PROVENANCE",
     "REPEAT_TAGS",
     "SCHEMA",

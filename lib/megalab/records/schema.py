@@ -71,6 +71,22 @@ def is_repeat(record: dict) -> bool:
     return bool(set(record.get("tags") or ()) & set(REPEAT_TAGS))
 
 
+# env field of a run made in a process that ran other runs too (megalab.jobs.reuse): "run 2 of 3"
+REUSED = "reused_process"
+
+
+def is_reused(record: dict) -> bool:
+    """Whether a record's run shared its process with other runs (megalab.jobs.reuse)."""
+    return bool((record.get("env") or {}).get(REUSED))
+
+
+def _reused(outcome) -> dict:
+    """{REUSED: "run i of n"} for a run of a shared process, else nothing (fresh runs keep their
+    env as before)."""
+    shared = getattr(outcome, "reused", None)
+    return {REUSED: f"run {shared['position'] + 1} of {shared['runs']}"} if shared else {}
+
+
 # the tag prefix of the runs a live reproduction of a page made (megalab.records.reproductions): a
 # reader's own points, measured beside the book's; the book's records answer first (is_reproduced)
 REPRODUCTION_PREFIX = "reproduction:"
@@ -246,7 +262,7 @@ def make_record(
         "summary": summary,
         "series": {name: [s.get(name) for s in steps] for name in SERIES_FIELDS},
         "predicted": predicted or {},
-        "env": {name: env.get(name) for name in ENV_FIELDS},
+        "env": {**{name: env.get(name) for name in ENV_FIELDS}, **_reused(outcome)},
         **(
             {"nodes": [{name: n.get(name) for name in ENV_FIELDS} for n in parsed.nodes]}
             if parsed.nodes

@@ -306,8 +306,9 @@ def _group_tags(record) -> set:
 def one_group(records) -> str:
     """The name of the comparison group `records` form; NotOneGroup (one line: what differs) when
     they are runs of several groups or none, of several hosts, commits or trainer revisions, or
-    packed or warm-up runs. A notebook's hidden check calls it on the records a figure reads."""
-    from megalab.records import WARMUP_TAG, trainer_revision
+    packed or warm-up runs, or reused and fresh processes mixed. A notebook's hidden check calls it
+    on the records a figure reads."""
+    from megalab.records import WARMUP_TAG, is_reused, trainer_revision
 
     records = list(records)
     label = lambda r: r.get("label") or r.get("key")  # noqa: E731
@@ -326,6 +327,12 @@ def one_group(records) -> str:
         bad = [label(r) for r in records if tag in (r.get("tags") or ())]
         if bad:
             raise NotOneGroup(f"{bad[0]} {why}")
+    if len({is_reused(r) for r in records}) > 1:
+        reused = next(label(r) for r in records if is_reused(r))
+        raise NotOneGroup(
+            f"{reused} ran in a reused process, others in fresh ones: time a group's runs in fresh "
+            "processes (megalab.run, not run_many(reuse=True))"
+        )
     for what, of in (
         ("hosts", host_of),
         ("commits", lambda r: (r.get("git_commit") or "?")[:7]),

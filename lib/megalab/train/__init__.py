@@ -2,6 +2,8 @@
 loop.py).
 
     loop         the run, read top to bottom: Megatron's building blocks and a ~20-line loop
+    batch        several runs in one torchrun launch (`-m megalab.train.batch runs.jsonl`)
+    teardown     between two runs of one process: Megatron's and TE's state reset, memory freed
     wiring       RunConfig -> Megatron Core's configs, DDP, optimizer (the one long-name mapping)
     log          the metrics lines (budget, step, summary) and the collectives behind them
     hooks        the Probe protocol: where in the loop a measurement may act

@@ -8,7 +8,6 @@ from megalab.train.weights import init_layout_invariant
 
 def report(cfg, chunks, device, per_rank: list, rank: int) -> None:
     """Count (and, for small models, run the layout-invariant init on CPU), then stop."""
-    import torch
     from megatron.core import parallel_state as ps
 
     small = theory.params(cfg)["total"] <= 50_000_000
@@ -30,5 +29,3 @@ def report(cfg, chunks, device, per_rank: list, rank: int) -> None:
     )
     if rank == 0:
         log.emit(log.budget(cfg, per_rank))
-    torch.distributed.barrier()
-    torch.distributed.destroy_process_group()

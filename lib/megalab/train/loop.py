@@ -44,16 +44,15 @@ def initialize_distributed(cfg, parallel: dict, dry_run: bool):
     from megatron.core import parallel_state as ps
     from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
 
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
     if dry_run:
-        torch.distributed.init_process_group("gloo")
         device = torch.device("cpu")
     else:
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
-        # lazy: each group's NCCL starts at its first collective
-        torch.distributed.init_process_group("nccl")
         # fp32 leftovers (router, loss) on tensor cores
         torch.backends.cuda.matmul.allow_tf32 = True
+    if not torch.distributed.is_initialized():  # kept by a reused process (train.batch)
+        torch.distributed.init_process_group("gloo" if dry_run else "nccl")  # NCCL: lazy, per group
     ps.initialize_model_parallel(**parallel)  # groups in Megatron's default order tp-cp-ep-dp-pp
     # Megatron-LM's _set_random_seed: a seed per pipeline stage; the tracker forks tp/ep streams
     seed = cfg.seed + 100 * ps.get_pipeline_model_parallel_rank()
@@ -195,6 +194,10 @@ def main(argv=None, probes: list | None = None) -> None:
         os.environ["TORCH_COMPILE_DISABLE"] = "1"
     try:
         train(cfg, args, rank, probes or [])
+        import torch
+
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
     except Exception as e:
         if not log.is_oom(e):
             raise
@@ -206,9 +209,10 @@ def main(argv=None, probes: list | None = None) -> None:
         os._exit(1)
 
 
-def train(cfg, args, rank: int, extra_probes: list) -> None:
-    since_launch = lambda: round(time.time() - _LAUNCH, 2)  # noqa: E731
-    startup = {"python": round(_T0 - _LAUNCH, 2)}  # where launch-to-first-step goes (s since)
+def train(cfg, args, rank: int, extra_probes: list, launched=_LAUNCH, startup=None) -> None:
+    """One run; a reused process (train.batch) times it from `launched`, its own start."""
+    since_launch = lambda: round(time.time() - launched, 2)  # noqa: E731
+    startup = startup or {"python": round(_T0 - launched, 2)}  # launch to first step (s since)
     imports.load_less()  # JAX hidden, torch.compile lazy: less to import before the first step
     import torch
 
@@ -275,7 +279,7 @@ def train(cfg, args, rank: int, extra_probes: list) -> None:
         torch.cuda.synchronize()
         step_time = time.perf_counter() - t0
         if step == 0:
-            startup_s = time.time() - _LAUNCH
+            startup_s = time.time() - launched
             startup["first_step"] = round(startup_s, 2)
             after_first_step()
         # loss: last stage's
@@ -294,5 +298,3 @@ def train(cfg, args, rank: int, extra_probes: list) -> None:
     if cfg.cuda_graphs != "none":
         sys.stdout.flush(), sys.stderr.flush()
         os._exit(0)
-    torch.distributed.barrier()
-    torch.distributed.destroy_process_group()
