@@ -232,9 +232,9 @@ class Group:
         and either `mode` is "live", or "auto" finds no recording on this machine's GPU model, or a
         quick live reproduction marks the group's configurations (megalab.book.chapters.defining).
         Measured here as the plan records it (plan_lines): the warm-up (not where this reproduction
-        ran something already: the host is warm), the configurations
-        alternated `rounds` times (once in a quick reproduction), the profiled run; then this
-        recording is the one read. An interrupted measurement resumes under its reproduction."""
+        ran something already: the host is warm), the configurations alternated `rounds` times
+        (once in a quick reproduction), the profiled run; then this recording is the one read. An
+        interrupted measurement resumes under its reproduction."""
         from megalab.jobs import reproduction
         from megalab.jobs.running import NotRecorded, _local_hardware
         from megalab.jobs.running import run as run_one
