@@ -45,7 +45,7 @@ def _recorded(store, at="2025-01-01T00:00:00Z"):
 def _quick(store):
     """The book's recording, and a quick reproduction "q" that marks the group (and its warm-up)."""
     _recorded(store)
-    keys = [c.key for c in (GROUP.warmup, *GROUP.configs)]
+    keys = [c.key for c in GROUP.quick_runs()]
     env = {"gpu_name": "NVIDIA H200", "gpu_count": 2}
     store.append(reproductions.make("q", "p", 2, "auto", "started", env, True, quick_keys=keys))
 
@@ -105,6 +105,8 @@ def test_a_quick_reproduction_measures_one_round_and_resumes(live):
     # no second warm-up (the host ran this reproduction's runs), the measured one read back
     assert launches == [(4, CFG.iters, False, False), (4, CFG.iters, False, True)]
     assert list(df["runs"]) == [1, 1]
+    mine = store.load("run", tag=reproductions.tag("q"))
+    assert len(mine) == 4 and all(r["config"]["stop_when_tight"] for r in mine)  # tight-stopping
 
 
 def test_the_books_recording_answers_outside_the_reproduction(live):

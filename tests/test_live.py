@@ -149,7 +149,9 @@ def test_the_chapters_defining_points_carry_their_settings():
         c.key for rs in chapters.runs("ch04", 2)["comm"].values() for c in rs
     }
     grouped = {
-        c.key for g in specs.groups(chapters.runs("ch04", 2)) for c in (g.warmup, *g.configs)
+        c.key
+        for g in specs.groups(chapters.runs("ch04", 2))
+        for c in (g.warmup, *g.configs, *g.quick_runs())  # as recorded; as a quick one times it
     }
     assert grouped <= set(keys)  # timed like the figure that reads them: the group's settings
     assert (

@@ -233,7 +233,8 @@ class Group:
         quick live reproduction marks the group's configurations (megalab.book.chapters.defining).
         Measured here as the plan records it (plan_lines): the warm-up (not where this reproduction
         ran something already: the host is warm), the configurations alternated `rounds` times
-        (once in a quick reproduction), the profiled run; then this recording is the one read. An
+        (in a quick reproduction once, each run stopping on a tight median: quick_runs), the
+        profiled run; then this recording is the one read. An
         interrupted measurement resumes under its reproduction."""
         from megalab.jobs import reproduction
         from megalab.jobs.running import NotRecorded, _local_hardware
@@ -245,7 +246,7 @@ class Group:
         if not here or count < self.warmup.gpus:  # no GPUs, or too few: the records answer
             return group(store, self.name, gpu)
         within = reproduction.current(store)
-        quick = within is not None and all(map(within.defines, self.configs))
+        quick = within is not None and all(map(within.defines, self.quick_runs()))
         if mode == "auto" and not quick:
             try:
                 return group(store, self.name, here)  # this GPU model's recording
@@ -254,21 +255,28 @@ class Group:
         # the first run on a fresh host is slow: warm up, unless this reproduction ran one already
         warm = within is not None and any(as_store(store).load("run", tag=within.tag))
         done: list[str] = []  # this measurement's records: each round is a run of its own
-        for cfg, tags, profile in self._runs(1 if quick else self.rounds, warm_up=not warm):
+        for cfg, tags, profile in self._runs(1 if quick else self.rounds, not warm, quick):
             got = run_one(cfg, "live", tags, store, exclude=done, quiet=quiet, profile=profile)
             done.append(got.record["id"])
         return group(store, self.name, here, within.tag if within else None)
 
-    def _runs(self, rounds: int, warm_up: bool = True):
-        """(config, tags, profiled) of a measurement, in plan_lines' order."""
+    def quick_runs(self) -> list[RunConfig]:
+        """What a quick reproduction launches (Group.run): the warm-up and each configuration, each
+        stopping once its median is tight (RunConfig.stop_when_tight; the group reads them beside
+        the book's by timings.loose_key, which sets that knob aside)."""
+        return [c.replace(stop_when_tight=True) for c in (self.warmup, *self.configs)]
+
+    def _runs(self, rounds: int, warm_up: bool = True, quick: bool = False):
+        """(config, tags, profiled) of a measurement, in plan_lines' order; `quick`: quick_runs."""
         from megalab.records import WARMUP_TAG
 
+        warmup, *configs = self.quick_runs() if quick else (self.warmup, *self.configs)
         if warm_up:
-            yield self.warmup, [WARMUP_TAG], False
+            yield warmup, [WARMUP_TAG], False
         for _ in range(rounds):
-            for c in self.configs:
+            for c in configs:
                 yield c, [self.tag], False
-        yield self.configs[self.profiled], [self.tag], True
+        yield configs[self.profiled], [self.tag], True
 
     def plan_lines(self) -> list[str]:
         """pack.py lines: the warm-up, the configurations alternated `rounds` times, the profiled

@@ -115,11 +115,18 @@ def defining(name: str, gpus: int = 4, **kw) -> list:
     chapter's own CUDA-graph and comparison-group settings, since they are its own RunConfigs); []
     when the chapter marks none (a quick reproduction then launches only what nothing records).
     The comparison groups (specs.Group) it marks are those its timing figures read (Group.run):
-    each comes with its warm-up run, so the reader's own points are timed like the book's."""
+    each comes with what a quick reproduction launches of it (Group.quick_runs: its warm-up and
+    configurations, each stopping on a tight median), so the reader's points are timed like the
+    book's."""
     from megalab.book import specs
 
     module = _module(name)
     marked = list(module.defining(gpus, **kw)) if hasattr(module, "defining") else []
-    warmups = [g.warmup for g in marked if isinstance(g, specs.Group) and g.warmup.gpus <= gpus]
+    quick = [
+        c
+        for g in marked
+        if isinstance(g, specs.Group) and g.warmup.gpus <= gpus
+        for c in g.quick_runs()
+    ]
     have = {k for item in marked for k in specs.keys_of(item)}
-    return marked + list({c.key: c for c in warmups if c.key not in have}.values())
+    return marked + list({c.key: c for c in quick if c.key not in have}.values())
