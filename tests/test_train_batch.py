@@ -24,14 +24,22 @@ TINY = RunConfig(name="tiny", layers=2, hidden=64, heads=4, vocab=1024, seq=32, 
 
 
 def _torchrun(*args, timeout=300) -> list[dict]:
+    """Each rank's lines, read from its own file ($BUILT_DIR): two ranks printing long lines to one
+    stdout can interleave them."""
+    import tempfile
+    from pathlib import Path
+
     from megalab.jobs.launch import child_env
 
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    out = subprocess.run(
-        [*cmd, __file__, *args], capture_output=True, text=True, env=child_env(), timeout=timeout
-    )
-    assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
-    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith('{"built"')]
+    with tempfile.TemporaryDirectory() as where:
+        env = {**child_env(), "BUILT_DIR": where}
+        out = subprocess.run(
+            [*cmd, __file__, *args], capture_output=True, text=True, env=env, timeout=timeout
+        )
+        assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
+        lines = [line for f in sorted(Path(where).iterdir()) for line in f.read_text().splitlines()]
+    return [json.loads(line) for line in lines]
 
 
 def test_a_reused_process_builds_the_next_layout_as_a_fresh_one_does():
@@ -125,7 +133,9 @@ def _builds(tps: list[int]) -> None:
         built = _build(tp)
         before = leftovers()
         teardown()
-        print(json.dumps({**built, "before": before, "leftovers": leftovers()}), flush=True)
+        line = json.dumps({**built, "before": before, "leftovers": leftovers()})
+        with open(os.path.join(os.environ["BUILT_DIR"], f"rank{built['rank']}.jsonl"), "a") as f:
+            f.write(line + "\n")
     import torch
 
     torch.distributed.destroy_process_group()
