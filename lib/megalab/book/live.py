@@ -63,25 +63,18 @@ def run_seconds(record: dict) -> float | None:
     return (summary.get("startup_s") or 0.0) + sum(timed)
 
 
-def _tight_cost(record: dict) -> tuple[str, float] | None:
-    """(key, seconds) of the same configuration stopping on a tight median (stop_when_tight): its
-    start-up and first warm-up + MIN_TIMED steps, the fewest it may train; None for a record of a
-    run that stopped so itself, or with no steps."""
+def fewest_seconds(record: dict) -> float | None:
+    """What a recorded run would cost stopping on a tight median (RunConfig.stop_when_tight): its
+    start-up and its first warm-up + MIN_TIMED steps, the fewest such a run trains; None without
+    steps."""
     from megalab.metrics import WARMUP_STEPS
     from megalab.records.timings import MIN_TIMED
-    from megalab.runs.config import RunConfig
 
-    conf = record.get("config") or {}
     steps = (record.get("series") or {}).get("step_time_s") or []
-    if conf.get("stop_when_tight") or not steps:
-        return None
-    try:
-        cfg = RunConfig.from_dict(conf)
-    except (KeyError, TypeError, ValueError):
-        return None
     first = [t for t in steps[: WARMUP_STEPS + MIN_TIMED] if t is not None]
-    startup = (record.get("summary") or {}).get("startup_s") or 0.0
-    return cfg.replace(stop_when_tight=True).key, startup + sum(first)
+    if not first:
+        return None
+    return ((record.get("summary") or {}).get("startup_s") or 0.0) + sum(first)
 
 
 @dataclass(frozen=True)
@@ -143,6 +136,9 @@ def estimate(
     fast = Counter(k for k in keys if k in quick)
     # one warm-up per reproduction: its first run warms the host (Group.run)
     fast += Counter(c.key for i, g in enumerate(timed) for c, _, _ in g._runs(1, i == 0, True))
+    for c in (c for g in timed for c in g.quick_runs() if c.key not in cost):
+        if (same := cost.fewest.get(c.replace(stop_when_tight=False).key)) is not None:
+            cost[c.key] = same  # a tight-stopping run of a recorded configuration
     seconds = lambda runs: sum(cost.get(k, 0.0) * n for k, n in (runs - done).items())  # noqa: E731
     return Estimate(
         page=page,
@@ -159,9 +155,11 @@ def estimate(
 
 
 class _Costs(dict):
-    """Run key -> seconds (run_seconds) of its newest costed record; `store` the store read."""
+    """Run key -> seconds (run_seconds) of its newest costed record; `store` the store read;
+    `fewest`: run key -> fewest_seconds of that record."""
 
     store: object
+    fewest: dict
 
 
 def recorded_costs(store=None, gpu: str = "H200") -> _Costs:
@@ -173,19 +171,15 @@ def recorded_costs(store=None, gpu: str = "H200") -> _Costs:
     out.store = as_store(store)
     retracted = set(out.store.errata())
     newest: dict[str, tuple] = {}
-    tight: dict[str, float] = {}
     for n, r in enumerate(out.store.load("run")):
         if r.get("id") in retracted or not same_gpu_model((r.get("env") or {}).get("gpu_name"), gpu):
             continue
-        if (cost := _tight_cost(r)) is not None:
-            tight[cost[0]] = cost[1]
         seconds = run_seconds(r)
         when = (r.get("recorded_at") or "", n)
         if seconds is not None and when >= newest.get(r.get("key"), (("", -1),))[0]:
-            newest[r.get("key")] = (when, seconds)
-    out.update({k: s for k, (_, s) in newest.items()})
-    for key, seconds in tight.items():  # a tight-stopping run of a recorded configuration
-        out.setdefault(key, seconds)
+            newest[r.get("key")] = (when, seconds, fewest_seconds(r))
+    out.update({k: s for k, (_, s, _) in newest.items()})
+    out.fewest = {k: f for k, (_, _, f) in newest.items() if f is not None}
     return out
 
 

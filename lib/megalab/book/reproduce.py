@@ -372,7 +372,9 @@ def _execute_live(src, dst, nb, parameters, base, quick, fresh) -> str:
     from megalab.book import live
     from megalab.jobs import reproduction
 
-    run = live.begin(nb, injected(src, parameters) | _asked_gpus(parameters), quick=quick, fresh=fresh)
+    # it measures only as the page runs: an evidence page, or one without `mode`, never does
+    asked = {**parameters, "mode": injected(src, parameters).get("mode")}
+    run = live.begin(nb, asked, quick=quick, fresh=fresh)
     try:
         if run is not None:
             said = live.estimate(run.page, run.gpus, reproduction=run.id)
@@ -398,11 +400,6 @@ def _execute_live(src, dst, nb, parameters, base, quick, fresh) -> str:
             "finished" if status == "ok" else "interrupted" if status == INTERRUPTED else "failed"
         )
     return status
-
-
-def _asked_gpus(parameters: dict) -> dict:
-    """The GPU count asked, kept for the reproduction's record where the page has no `gpus`."""
-    return {"gpus": parameters["gpus"]} if "gpus" in parameters else {}
 
 
 def _shown(path: Path, base: Path) -> str:
