@@ -409,3 +409,12 @@ def test_a_run_stops_once_its_median_is_tight():
     assert not timings.tight(warm + noisy)
     assert timings.tight(warm + noisy, within=0.5)
     assert not timings.tight([])
+
+
+def test_a_gpu_busy_share_over_one_reads_one():
+    """ch03.sp-vs-full's profiled gpt-8.3b step kept the GPU busy a little longer than its median
+    unprofiled step (kernels slow under the profiler): the share reads 1.0, the ratio stays in
+    attrs."""
+    g = timings.group(None, "ch03.sp-vs-full", "H200")
+    assert g.attrs["gpu_busy_raw"] > 1.0 and g.attrs["gpu_busy"] == 1.0
+    assert g["gpu_busy"].max() == 1.0

@@ -437,9 +437,10 @@ def group(store, name: str, gpu_model: str, reproduction: str | None = None):
     `wide` where `half` > TIGHT (draw the spread, or record more rounds); `run_ms`, each run's
     median (the run-to-run spread); `mfu` at the median; `peak_gib` the runs' median peak reserved
     memory per GPU; `gpu_busy` on the profiled configuration's
-    row, its profiled step's GPU-busy time (profiles.gpu_busy) over the median step. attrs: name,
-    host, commit, gpu_busy, profiled (the label), wide (the labels flagged). `reproduction` as for
-    group_runs."""
+    row, its profiled step's GPU-busy time (profiles.gpu_busy) over the median step, at most 1:
+    kernels run a little longer under the profiler, so a step the GPU fills can read just over 1
+    (`gpu_busy_raw` in attrs keeps that ratio). attrs: name, host, commit, gpu_busy, gpu_busy_raw,
+    profiled (the label), wide (the labels flagged). `reproduction` as for group_runs."""
     import numpy as np
     import pandas as pd
     from megalab import theory
@@ -473,12 +474,13 @@ def group(store, name: str, gpu_model: str, reproduction: str | None = None):
     df = pd.DataFrame(out, index=[row["cfg"].label for row in out])
     df["wide"] = df["half"] > TIGHT
     df["gpu_busy"] = np.nan
-    busy, label = None, None
+    busy, raw, label = None, None, None
     if profiled is not None and profiled.get("profile"):
         cfg = next((c for c in df["cfg"] if loose_key(c) == loose_key(_config(profiled))), None)
         if cfg is not None:
             label = cfg.label
-            busy = gpu_busy(profiled["profile"])["busy_s"] * 1e3 / df.loc[label, "median_ms"]
+            raw = gpu_busy(profiled["profile"])["busy_s"] * 1e3 / df.loc[label, "median_ms"]
+            busy = min(raw, 1.0)
             df.loc[label, "gpu_busy"] = busy
     newest = timed[-1][1] if timed else profiled
     df.attrs.update(
@@ -486,6 +488,7 @@ def group(store, name: str, gpu_model: str, reproduction: str | None = None):
         host=host_of(newest),
         commit=(newest.get("git_commit") or "")[:7],
         gpu_busy=busy,
+        gpu_busy_raw=raw,
         profiled=label,
         wide=list(df.index[df["wide"]]),
     )
