@@ -208,3 +208,24 @@ def test_parity_curves_leave_the_layer_spec_to_the_title(monkeypatch):
 
     monkeypatch.setattr(ch02_analysis, "parity_curves", lambda p: {"PP 4, local layers": [1.0]})
     assert list(ch05.parity_curves([])) == ["PP 4"]
+
+
+def test_m_sweep_sets_time_per_micro_batch_beside_the_bubble_formula():
+    """ch05.m-sweep: 1F1B on 2 stages at m = 2 ... 16; time per micro-batch against the largest m's,
+    beside (1 + (p−1)/m) / (1 + (p−1)/16)."""
+    ms = (100.0, 170.0, 320.0, 620.0)
+    cfgs = [PP2.replace(gbs=4 * m) for m in (16, 2, 4, 8)]  # any order in, ascending out
+    g = pd.DataFrame(
+        {"cfg": cfgs, "median_ms": (620.0, *ms[:3]), "lo_ms": 0.0, "hi_ms": 0.0, "mfu": 0.3},
+        index=[c.label for c in cfgs],
+    )
+    g.attrs.update(gpu_busy=0.9)
+    t = ch05.m_sweep(g)
+    assert t["m"].tolist() == [2, 4, 8, 16] and t.attrs["p"] == 2 and t.attrs["gpu_busy"] == 0.9
+    assert t["per_mb"].tolist() == pytest.approx([50.0, 42.5, 40.0, 38.75])
+    assert t["ratio"].iloc[-1] == 1.0 and t["ratio"].iloc[0] == pytest.approx(50 / 38.75)
+    assert t["predicted"].tolist() == pytest.approx(
+        [1.5 / 1.0625, 1.25 / 1.0625, 1.125 / 1.0625, 1]
+    )
+    with pytest.raises(ValueError, match="1F1B runs of one pipeline depth"):
+        ch05.m_sweep(g.assign(cfg=[c.replace(vpp=2) for c in cfgs]))

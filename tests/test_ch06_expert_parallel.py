@@ -209,3 +209,20 @@ def test_the_aux_group_is_planned_as_one_block_and_recorded_by_its_tag(tmp_path)
     assert recording.is_recorded(aux, store) and not recording.is_recorded(forced, store)
     left = plan()
     assert left[:at] == forced.plan_lines() and not any(x.startswith(aux.tag) for x in left)
+
+
+def test_the_routing_lesson_runs_eager_so_its_runs_record_routing():
+    """The router's hook does not fire on a CUDA-graph replay: a lesson that reads routing refuses
+    graphed MoE runs before any GPU time is spent, and ch06.routing's runs are eager."""
+    from megalab.book.specs import Lesson
+    from megalab.train.probes import counts_routing
+
+    from megalab.book.chapters import ch06_expert_parallel as ch06
+
+    lesson = ch06.runs(gpus=2)["lessons"]["routing"]
+    assert lesson.needs == ("routing",) and all(counts_routing(c) for c in lesson.configs)
+    graphed = [c.replace(cuda_graphs="te") for c in lesson.configs]
+    with pytest.raises(ValueError, match="records no routing.*cuda_graphs='none'"):
+        Lesson("ch06.routing", graphed, needs=("routing",))
+    with pytest.raises(ValueError, match="only 'routing'"):
+        Lesson("ch06.routing", lesson.configs, needs=("experts",))

@@ -302,6 +302,7 @@ def test_a_group_is_recorded_when_every_configuration_ran_each_round_and_its_pro
     )
 
 
+ROUNDS = {"ch03.recompute": 3}
 # the next comparison groups (issue 44 item 4): lesson name -> configurations, on two GPUs
 NEXT_GROUPS = {
     "ch03": {"sp_vs_full": 2, "recompute": 4},
@@ -331,7 +332,8 @@ def test_the_next_groups_validate_and_fit_an_h200(chapter):
     found = chapters.runs(chapter, 2)["groups"]
     assert {k: len(g.configs) for k, g in found.items()} == NEXT_GROUPS[chapter]
     for g in found.values():
-        assert g.name.startswith(chapter + ".") and g.rounds == 2
+        # 3 rounds where the difference claimed is under 10% (selective recompute: about 4%)
+        assert g.name.startswith(chapter + ".") and g.rounds == ROUNDS.get(g.name, 2)
         eager = any(c.recompute == "full" for c in g.configs)
         for cfg in g.configs:
             cfg.validate(gpus_available=4, te_available=True, gpu_name="H200")
@@ -362,7 +364,7 @@ def test_the_next_groups_print_alternated(chapter, tmp_path):
         assert lines[at : at + len(block)] == block
         n = len(g.configs)
         timed = block[1:-1]
-        assert len(timed) == 2 * n and timed[:n] == timed[n:]
+        assert len(timed) == g.rounds * n and timed == timed[:n] * g.rounds
         assert len(set(timed[:n])) == n and all(line.startswith(g.tag + "! ") for line in timed)
         assert block[0].startswith("warmup! ") and block[-1] == timed[g.profiled] + " --profile"
         at += len(block)

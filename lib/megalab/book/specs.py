@@ -297,17 +297,31 @@ class Group:
 class Lesson:
     """Runs a lesson reads together for what they train, not for their step times (routing over
     hundreds of steps): each configuration once, alone on the host, tagged with the lesson's `name`
-    ("ch06.routing"). `gpu` as for a Fit."""
+    ("ch06.routing"). `gpu` as for a Fit. `needs`: what the lesson reads beyond the loss
+    ("routing": tokens per expert, which only some runs record); a configuration that cannot record
+    it is refused here, before any GPU time is spent on it."""
 
     name: str
     configs: tuple[RunConfig, ...]
     gpu: str | None = None
+    needs: tuple[str, ...] = ()
 
     def __post_init__(self):
+        from megalab.train.probes import counts_routing
+
         object.__setattr__(self, "configs", tuple(self.configs))
         keys = [c.key for c in self.configs]
         if not keys or len(set(keys)) < len(keys):
             raise ValueError(f"lesson {self.name}: give it distinct configurations")
+        if unknown := set(self.needs) - {"routing"}:
+            raise ValueError(f"lesson {self.name}: needs {sorted(unknown)}: only 'routing' is "
+                             f"known")
+        for c in self.configs:
+            if "routing" in self.needs and not counts_routing(c):
+                raise ValueError(
+                    f"lesson {self.name}: {c.label} records no routing (an MoE run with CUDA "
+                    f"graphs skips the router's hook on replay): give it cuda_graphs='none'"
+                )
 
     @property
     def tag(self) -> str:

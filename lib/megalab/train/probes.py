@@ -26,6 +26,7 @@ __all__ = [
     "GraphCapture",
     "TightStop",
     "for_run",
+    "counts_routing",
     "profile_of",
     "PROFILE_STEPS",
 ]
@@ -39,13 +40,19 @@ def for_run(cfg, profile: bool) -> list[Probe]:
     out = []
     if profile:
         out.append(StageClock())
-    if cfg.experts and cfg.cuda_graphs == "none":
+    if counts_routing(cfg):
         out.append(RouterCounts())
     if profile:
         out.append(ProfilerWindow())
     if cfg.cuda_graphs != "none":
         out.append(GraphCapture())
     return out
+
+
+def counts_routing(cfg) -> bool:
+    """Whether a run of `cfg` records its routing (RouterCounts): MoE runs without CUDA graphs. A
+    graph replay skips the router's forward hook, so a graphed run would count nothing."""
+    return bool(cfg.experts) and cfg.cuda_graphs == "none"
 
 
 # -- activation memory ----------------------------------------------------------------------------

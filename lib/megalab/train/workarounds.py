@@ -64,6 +64,13 @@ def copy_mlp_bias_under_recompute(cfg) -> None:
     _wrap_once(MLP, "forward", "copies_bias", wrap)
 
 
+# transformer_engine_torch.te_general_grouped_gemm's leading positional parameters (TE 2.11)
+GROUPED_GEMM_ARGS = (
+    "A", "transa", "B", "transb", "D", "D_type", "m_splits", "bias", "bias_type", "single_output",
+    "pre_gelu_out", "grad", "workspace", "workspace_size", "accumulate",
+)  # fmt: skip
+
+
 def guard_empty_grouped_gemm(cfg, tex=None) -> None:
     """A call with nothing to multiply does what TE does for each empty group (zero the outputs it
     does not accumulate into, the bias gradients, the GELU inputs) and skips the kernel."""
@@ -75,45 +82,13 @@ def guard_empty_grouped_gemm(cfg, tex=None) -> None:
         import transformer_engine_torch as tex
 
     def wrap(real):
-        def grouped_gemm(
-            A,
-            transa,
-            B,
-            transb,
-            D,
-            D_type,
-            m_splits,
-            bias,
-            bias_type,
-            single_output,
-            pre_gelu_out,
-            grad,
-            workspace,
-            workspace_size,
-            accumulate,
-            *rest,
-        ):
-            if any(a.numel() and b.numel() for a, b in zip(A, B)):
-                return real(
-                    A,
-                    transa,
-                    B,
-                    transb,
-                    D,
-                    D_type,
-                    m_splits,
-                    bias,
-                    bias_type,
-                    single_output,
-                    pre_gelu_out,
-                    grad,
-                    workspace,
-                    workspace_size,
-                    accumulate,
-                    *rest,
-                )
-            outputs = [] if single_output or D is None or accumulate else D
-            for t in [*outputs, *(bias if grad else []), *pre_gelu_out]:
+        def grouped_gemm(*args):
+            a = dict(zip(GROUPED_GEMM_ARGS, args))  # TE 2.11's positional signature, then the rest
+            if any(x.numel() and y.numel() for x, y in zip(a["A"], a["B"])):
+                return real(*args)
+            d, bias = a["D"], a["bias"]
+            outputs = [] if a["single_output"] or d is None or a["accumulate"] else d
+            for t in [*outputs, *(bias if a["grad"] else []), *a["pre_gelu_out"]]:
                 if t.numel():
                     t.zero_()
             return bias

@@ -38,6 +38,7 @@ __all__ = [
     "parity_curves",
     "bubble_figure",
     "table",
+    "m_sweep",
 ]
 
 GROUP = "ch05.vpp"  # gpt-1.2b PP 2, m = 8: 1F1B, VPP 2, VPP 4 with CUDA graphs, alternated
@@ -77,6 +78,38 @@ def vpp_vs_1f1b(g):
     out = pd.DataFrame(rows).sort_values("v", kind="stable").reset_index(drop=True)
     out["ratio"] = out["median_ms"] / out["median_ms"].iloc[0]
     out.attrs.update(gpu_busy=g.attrs.get("gpu_busy"), host=g.attrs.get("host"))
+    return out
+
+
+def m_sweep(g):
+    """The comparison group `g` (timings.group of ch05.m-sweep: 1F1B at one micro-batch size, m
+    micro-batches a step), one row per m, ascending: m, median_ms, lo_ms, hi_ms, mfu; per_mb, the
+    median step over m (time per micro-batch); ratio, per_mb over the largest m's; predicted, the
+    bubble formula's (1 + (p−1)/m) over the largest m's; bubble, (p−1)/m of the ideal step. attrs:
+    gpu_busy, host, p."""
+    import pandas as pd
+
+    from megalab import theory
+
+    pp = {c.pp for c in g["cfg"]}
+    if len(pp) != 1 or len({c.mbs for c in g["cfg"]}) != 1 or any(c.vpp != 1 for c in g["cfg"]):
+        raise ValueError("m_sweep: give it 1F1B runs of one pipeline depth and micro-batch size")
+    rows = []
+    for cfg, r in zip(g["cfg"], g.to_dict("records")):
+        p, m = cfg.pp, cfg.num_microbatches
+        rows.append(
+            {
+                "m": m,
+                **{k: r[k] for k in ("median_ms", "lo_ms", "hi_ms", "mfu")},
+                "per_mb": r["median_ms"] / m,
+                "bubble": theory.bubble_over_ideal(p, m),
+            }
+        )
+    out = pd.DataFrame(rows).sort_values("m").reset_index(drop=True)
+    last = out.iloc[-1]
+    out["ratio"] = out["per_mb"] / last["per_mb"]
+    out["predicted"] = (1 + out["bubble"]) / (1 + last["bubble"])
+    out.attrs.update(gpu_busy=g.attrs.get("gpu_busy"), host=g.attrs.get("host"), p=pp.pop())
     return out
 
 

@@ -104,17 +104,15 @@ def _lessons(gpus: int) -> dict:
     """The routing lesson, from GROUP_GPUS GPUs."""
     if gpus < GROUP_GPUS:
         return {}
-    wide = _base(ROUTING_ITERS).replace(
-        gpus=GROUP_GPUS, mbs=GROUP_MBS, gbs=GROUP_MBS * GROUP_GPUS, cuda_graphs="te"
-    )
+    wide = _base(ROUTING_ITERS).replace(gpus=GROUP_GPUS, mbs=GROUP_MBS, gbs=GROUP_MBS * GROUP_GPUS)
     return {"routing": _routing(wide)}
 
 
 def _routing(wide) -> Lesson:
     """ch06.routing: EP over the group's GPUs, routed in fp32, ROUTING_ITERS steps with a
     ROUTING_WARMUP-step learning-rate warm-up, the auxiliary loss at each weight of ROUTING_AUX and
-    none: does balance recover from the imbalance at initialisation? Not a timing (CUDA graphs only
-    to make it cheap)."""
+    none: does balance recover from the imbalance at initialisation? Not a timing; eager, since only
+    eager MoE runs record their routing (train.probes.counts_routing)."""
     base = wide.replace(
         ep=GROUP_GPUS,
         iters=ROUTING_ITERS,
@@ -128,6 +126,7 @@ def _routing(wide) -> Lesson:
             base.replace(moe_aux_coeff=a) if a else base.replace(moe_balance="none")
             for a in ROUTING_AUX
         ],
+        needs=("routing",),
     )
 
 
