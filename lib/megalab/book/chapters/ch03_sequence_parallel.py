@@ -302,7 +302,7 @@ def defining(gpus: int = 2, iters: int = ITERS, gpu: str = "H200") -> list:
     """The points that define the chapter's figures, re-measured by a quick reproduction beside the
     reference: the measured memory points (per layer on one GPU, with Transformer Engine, and at the
     widest TP with and without SP), the first loss parity, and one round of the SP-against-full-
-    recompute comparison group with its CUDA graphs."""
+    recompute comparison group (eager, as recorded)."""
     r = runs(gpus, iters, gpu)
     tp = (
         r["per_layer_tp"][max(k for k in r["per_layer_tp"] if k <= gpus)]
