@@ -311,9 +311,10 @@ NEXT_GROUPS = {
 }
 
 
-def _recorded_fits() -> dict:
-    """ch03's recorded fits of gpt-8.3b at TP 2: layout -> the largest micro-batch that ran."""
-    fits = chapters.runs("ch03", 2)["fit_mbs"][2]
+def _recorded_fits(t: int = 2) -> dict:
+    """ch03's recorded fits at TP t (gpt-8.3b at 2, gpt-22b at 4): layout -> the largest
+    micro-batch that ran."""
+    fits = chapters.runs("ch03", t)["fit_mbs"][t]
     return {
         name: fits[name].run(mode="cached", quiet=True).largest for name in ("tp_sp", "tp_full")
     }
@@ -341,7 +342,9 @@ def test_the_next_groups_validate_and_fit_an_h200(chapter):
             assert cfg.cuda_graphs == ("none" if eager else "te"), cfg.label
             fits = theory.plan(cfg)["memory_gib"]["fits"]
             assert fits or (chapter, cfg.recompute, cfg.mbs) == ("ch03", "full", 63), cfg.label
-    assert list(specs.groups(chapters.runs(chapter, 4))) == list(found.values())
+    # from 4 GPUs on, the same groups (and ch03's gpt-22b pair on 4 GPUs beside them)
+    at4 = [g for g in specs.groups(chapters.runs(chapter, 4)) if g.warmup.gpus <= 2]
+    assert at4 == list(found.values())
 
 
 def test_ch03_groups_read_the_recorded_fits():
@@ -351,6 +354,28 @@ def test_ch03_groups_read_the_recorded_fits():
     assert ch03.GROUP_FITS == _recorded_fits()
     sp, full = chapters.runs("ch03", 2)["groups"]["sp_vs_full"].configs
     assert (sp.sp, sp.mbs, full.recompute, full.mbs) == (True, 8, "full", 63)
+
+
+def test_ch03_tp4_group_reads_gpt_22b_fits_and_starts_on_four_h200s():
+    """From 4 GPUs on, sp_vs_full_tp4 sets gpt-22b's TP 4 + SP and TP 4 full recomputation each at
+    its recorded largest micro-batch, eager, on 4 GPUs; none below 4."""
+    from megalab.book.chapters import ch03_sequence_parallel as ch03
+
+    assert "sp_vs_full_tp4" not in chapters.runs("ch03", 2)["groups"]
+    assert ch03.GROUP_FITS_TP4 == _recorded_fits(4)
+    g = chapters.runs("ch03", 4)["groups"]["sp_vs_full_tp4"]
+    sp, full = g.configs
+    assert (sp.name, sp.tp, sp.sp, sp.mbs, full.recompute, full.mbs) == (
+        "gpt-22b",
+        4,
+        True,
+        8,
+        "full",
+        30,
+    )
+    for cfg in g.configs:
+        cfg.validate(gpus_available=4, te_available=True, gpu_name="H200")
+        assert cfg.cuda_graphs == "none" and cfg.stop_when_tight and cfg.gpus == 4
 
 
 @pytest.mark.parametrize("chapter", list(NEXT_GROUPS))

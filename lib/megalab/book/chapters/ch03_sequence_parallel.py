@@ -71,6 +71,8 @@ SEED_MBS = 4
 # the recorded fits of BIG's model at TP 2 (fit_mbs): the largest micro-batch of TP + SP and of TP
 # with full recomputation, the two sides of the group `ch03.sp-vs-full`
 GROUP_FITS = {"tp_sp": 8, "tp_full": 63}
+# ... and of BIG_WIDE's (gpt-22b) at TP 4, the two sides of `ch03.sp-vs-full-tp4`
+GROUP_FITS_TP4 = {"tp_sp": 8, "tp_full": 30}
 
 
 def _pair(cfg) -> list:
@@ -194,6 +196,13 @@ def _modules(ts: list, iters: int) -> dict:
     }
 
 
+def _sized(t: int, fits: dict, name: str):
+    """A comparison group's member: BIG's model at TP t, layout `name` (_variants) at its recorded
+    largest micro-batch `fits[name]`, eager, stopping on a tight median."""
+    big = _big(t, GROUP_ITERS).replace(cuda_graphs="none", stop_when_tight=True)
+    return big.replace(mbs=fits[name], gbs=fits[name], **_variants(t)[name])
+
+
 def _groups(gpus: int) -> dict:
     """The comparison groups at TP 2 (from 2 GPUs on): gpt-8.3b's throughput at the largest
     micro-batch each side fits (TP + SP against full recomputation, GROUP_FITS), and what selective
@@ -202,16 +211,18 @@ def _groups(gpus: int) -> dict:
     that draws dropout (layout_rules). The host-bound risk is small at this size (one 72-layer
     micro-batch of 8 × 2048 tokens: 1.0 s a step eager on record, about 0.36 s of it host work); the
     profiled member gives the GPU-busy share. A step of full recomputation at micro-batch 63 takes
-    about 10 s: each run stops once its median is tight (stop_when_tight), GROUP_ITERS at most."""
+    about 10 s: each run stops once its median is tight (stop_when_tight), GROUP_ITERS at most.
+    From 4 GPUs on, the same comparison for gpt-22b at TP 4 (GROUP_FITS_TP4): `sp_vs_full_tp4`."""
     if gpus < 2:
         return {}
-    big = _big(2, GROUP_ITERS).replace(gpus=2, tp=2, cuda_graphs="none", stop_when_tight=True)
-    sized = lambda name: big.replace(  # noqa: E731
-        mbs=GROUP_FITS[name], gbs=GROUP_FITS[name], **_variants(2)[name]
-    )
-    sp = sized("tp_sp")
+    sp = _sized(2, GROUP_FITS, "tp_sp")
+    wide = {}
+    if gpus >= 4:
+        sides = [_sized(4, GROUP_FITS_TP4, name) for name in ("tp_sp", "tp_full")]
+        wide = {"sp_vs_full_tp4": Group("ch03.sp-vs-full-tp4", sides)}
     return {
-        "sp_vs_full": Group("ch03.sp-vs-full", [sp, sized("tp_full")]),
+        "sp_vs_full": Group("ch03.sp-vs-full", [sp, _sized(2, GROUP_FITS, "tp_full")]),
+        **wide,
         "recompute": Group(
             "ch03.recompute",
             [
