@@ -199,6 +199,14 @@ def test_parity_curves_are_named_in_words(ch):
     assert {"TP 2 + SP", "TP 4 + SP", "1 GPU + selective recomputation"} <= set(curves)
 
 
+def test_parity_figure_draws_each_layout_minus_its_own_reference(ch):
+    pars = [p.run("cached", quiet=True) for p in [*ch["parity"], *ch["parity_selective"]]]
+    fig = mem.parity_figure(pars, "parity")
+    lines = [t for t in fig.data if not t.name.startswith("allowed band")]
+    assert {t.name for t in lines} == {mem.frame.describe(p.layout.config) for p in pars}
+    assert all(abs(v) <= max(p.max_abs_diff for p in pars) + 1e-9 for t in lines for v in t.y)
+
+
 def test_long_and_legend():
     df = pd.DataFrame({"layout": ["TP 2"], "a": [1.0], "b": [2.0]})
     rows = mem.long(df, "layout", {"a": "measured", "b": "formula"}, "MiB")

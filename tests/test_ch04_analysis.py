@@ -250,14 +250,17 @@ def test_refusal_names_megatrons_flag_and_wraps():
     assert max(len(line) for line in text.splitlines()) <= 60
 
 
-def test_parity_figure_draws_a_band_per_length(book):
+def test_parity_figure_draws_each_layout_against_its_length_inside_its_band(book):
     b2, _ = book
     pars = [p.run("cached", quiet=True) for p in [*b2["parity"], *b2["parity_long"]]]
-    names = [t.name for t in ch04.parity_figure(pars, "parity").data]
-    bands = [n for n in names if n.startswith("±")]
-    assert bands == [n for n in names[:2]] and len(bands) == 2
-    assert bands[1].endswith("around 1 GPU, 16k tokens")
-    assert all(len(n.split()[0]) <= 6 for n in bands)  # "±0.027", not "±0.0271225"
+    fig = ch04.parity_figure(pars, "parity")
+    bands = [t for t in fig.data if t.name.startswith("allowed band")]
+    lines = fig.data[len(bands) :]
+    assert 1 <= len(bands) <= 2 and all(len(t.name.split()[2]) <= 6 for t in bands)  # "±0.027"
+    assert {t.name for t in lines} == {n for n in ch04.parity_curves(pars) if "1 GPU" not in n}
+    widest = max(max(t.y) for t in bands)
+    assert all(abs(v) <= widest for t in lines for v in t.y)  # every layout passes
+    assert fig.layout.yaxis.title.text == "loss difference from one GPU (nats)"
 
 
 def test_host_words():

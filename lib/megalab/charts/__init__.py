@@ -35,7 +35,7 @@ from megalab.charts.machine import (
     matmul_vs_size,
     roofline,
 )
-from megalab.charts.parity import loss_parity
+from megalab.charts.parity import loss_difference, loss_parity
 from megalab.charts.scaling import metric_vs, scaling
 from megalab.charts.spread import distribution, predicted_vs_measured, step_time_spread
 from megalab.charts.timeline import gantt, kernel_timeline, pipeline_bubble, pipeline_schedule
@@ -62,6 +62,7 @@ __all__ = [
     "distribution",
     "step_time_spread",
     "predicted_vs_measured",
+    "loss_difference",
     "loss_parity",
     "kernel_timeline",
     "gantt",

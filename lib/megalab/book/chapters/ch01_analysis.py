@@ -239,39 +239,13 @@ def interval_text(lo, hi, digits: int = 1) -> list[str]:
     return [f"{a:.{digits}f} – {b:.{digits}f}" for a, b in zip(lo, hi)]
 
 
-def parity_difference(curves: dict, band: float, title: str, y_title: str = "loss minus one GPU's"):
-    """The loss parity as a difference: every curve of `curves` (parity_curves) after the first,
-    minus the first (the one-GPU reference), per step, inside the ±band ribbon it must stay in."""
-    from megalab.charts._style import PALETTE, _figure
+def parity_difference(curves: dict, band: float, title: str):
+    """The loss parity as a difference (charts.loss_difference): every curve of `curves`
+    (parity_curves) after the first, minus the first (the one-GPU reference), per step, inside the
+    ±band ribbon it must stay in."""
+    from megalab import charts
 
-    (_, ref), *others = curves.items()
-    steps = list(ref["step"])
-    fig = _figure(
-        title,
-        xaxis_title="step",
-        yaxis_title=y_title,
-        legend=dict(orientation="h", y=-0.25),
-    )
-    fig.add_scatter(
-        x=steps + steps[::-1],
-        y=[band] * len(steps) + [-band] * len(steps),
-        fill="toself",
-        line=dict(width=0),
-        fillcolor="rgba(31,95,168,0.15)",
-        hoverinfo="skip",
-        name=f"allowed band, ±{band:g}",
-    )
-    for i, (name, s) in enumerate(others, start=1):
-        loss = dict(zip(s["step"], s["loss"]))
-        common = [st for st in steps if st in loss]
-        fig.add_scatter(
-            x=common,
-            y=[loss[st] - r for st, r in zip(steps, ref["loss"]) if st in loss],
-            mode="lines",
-            name=name,
-            line=dict(color=PALETTE[i % len(PALETTE)]),
-        )
-    return fig.update_layout(yaxis_range=[-2 * band, 2 * band])
+    return charts.loss_difference(curves, band, title)
 
 
 def group_runs_table(group):

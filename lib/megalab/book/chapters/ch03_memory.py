@@ -335,13 +335,30 @@ def parity_curves(parities) -> dict:
     layout ("1 GPU", "1 GPU + selective recomputation"), each layout as frame.describe says; a
     reader's own runs keep their "(yours)" suffix. The first curve is the first result's
     reference."""
-    out = {}
+    return {name: s for p in parities for name, s in _named_pair(p)}
+
+
+def _named_pair(p) -> list[tuple[str, dict]]:
+    """[(reference name, curve), (layout name, curve)] of one ParityResult, as parity_curves names
+    them."""
+    names = (
+        frame.describe(p.reference[0].config) if p.reference else "1 GPU",
+        frame.describe(p.layout.config),
+    )
+    return [
+        (f"{name} (yours)" if s.get("source") == "yours" else name, s)
+        for name, s in zip(names, p.curves().values())
+    ]
+
+
+def parity_figure(parities, title: str):
+    """charts.loss_difference of parity_curves(parities): each layout's loss minus its own one-GPU
+    reference's (with or without recomputation), inside the widest band of that reference's runs."""
+    from megalab import charts
+
+    refs, bands = {}, {}
     for p in parities:
-        ref, lay = p.curves().values()
-        names = (
-            frame.describe(p.reference[0].config) if p.reference else "1 GPU",
-            frame.describe(p.layout.config),
-        )
-        for name, s in zip(names, (ref, lay)):
-            out[f"{name} (yours)" if s.get("source") == "yours" else name] = s
-    return out
+        (ref, _), (lay, _) = _named_pair(p)
+        refs[lay] = ref
+        bands[ref] = max(bands.get(ref, 0.0), p.band)
+    return charts.loss_difference(parity_curves(parities), bands, title, references=refs)

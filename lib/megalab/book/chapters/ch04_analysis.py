@@ -326,33 +326,20 @@ def parity_curves(parities) -> dict:
 
 
 def parity_figure(parities, title: str):
-    """charts.loss_parity of parity_curves(parities), with a band around each length's one-GPU
-    curve (the widest band of that length's parity runs, to two significant figures in the
-    legend) rather than around the first curve only."""
+    """charts.loss_difference of parity_curves(parities): each layout's loss minus its own length's
+    one-GPU loss, inside that length's band (the widest of its parity runs)."""
     from megalab import charts
-    from megalab.charts._style import PALETTE
 
     curves = parity_curves(parities)
-    fig = charts.loss_parity(curves, title=title)
-    colours = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(curves)}
-    lengths = list(dict.fromkeys(p.layout.config.seq for p in parities))
-    for seq in dict.fromkeys(p.layout.config.seq for p in parities):
-        band = max(p.band for p in parities if p.layout.config.seq == seq)
-        name = f"1 GPU, {seq // 1024}k tokens"
-        s = curves[name]
-        r, g, b = (int(colours[name][i : i + 2], 16) for i in (1, 3, 5))
-        fig.add_scatter(
-            x=list(s["step"]) + list(s["step"])[::-1],
-            y=[v + band for v in s["loss"]] + [v - band for v in s["loss"]][::-1],
-            fill="toself",
-            line=dict(width=0),
-            fillcolor=f"rgba({r},{g},{b},0.15)",
-            hoverinfo="skip",
-            name=f"±{band:.2g} around {name}",
-        )
-    n = len(lengths)  # the bands under the curves, and first in the legend
-    fig.data = fig.data[-n:] + fig.data[:-n]
-    return fig.update_layout(legend=dict(y=-0.3, yanchor="top"))  # its rows clear the axis title
+    refs, bands = {}, {}
+    for name in curves:
+        k = name.split(", ")[-1].removesuffix(" (yours)")  # "4k tokens"
+        if not name.startswith("1 GPU"):
+            refs[name] = f"1 GPU, {k}"
+    for p in parities:
+        ref = f"1 GPU, {p.layout.config.seq // 1024}k tokens"
+        bands[ref] = max(bands.get(ref, 0.0), p.band)
+    return charts.loss_difference(curves, bands, title, references=refs)
 
 
 def host_words(g) -> str:
