@@ -133,6 +133,12 @@ def test_schedule_numbers_adds_theorys_idle_share():
     assert s["idle_share"] == pytest.approx(1 / 3)
 
 
+def test_implied_idle_keeps_the_busy_time_and_lengthens_the_span():
+    numbers = {"busy_s": 0.9, "span_s": 1.0}  # idled 10%
+    assert ch05.implied_idle(numbers, 1000.0, 1000.0) == pytest.approx(0.1)
+    assert ch05.implied_idle(numbers, 1200.0, 1000.0) == pytest.approx(1 - 0.9 / 1.2)
+
+
 def result(cfg, per_rank, source="cached", **summary):
     return SimpleNamespace(
         config=cfg,
@@ -190,7 +196,7 @@ def test_probe_busy_is_kernel_time_over_wall_time(tmp_path, monkeypatch):
 def test_bubble_figure_marks_coincident_lines_and_reads_ticks_in_percent():
     fig = ch05.bubble_figure(ch05.bubble_table(), "Predicted")
     names = [t.name for t in fig.data]
-    assert "p = 4, v = 3 (on p = 2, v = 1)" in names
+    assert "p = 4, v = 3 (same line as p = 2, v = 1)" in names
     on = next(t for t in fig.data if t.name.startswith("p = 4, v = 3"))
     assert "markers" in on.mode
     assert fig.layout.yaxis.type == "log" and fig.layout.yaxis.ticktext[0] == "0.5%"

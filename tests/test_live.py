@@ -251,3 +251,17 @@ def test_a_quick_wall_time_counts_only_for_todays_defining_points(tmp_path):
     store.append(reproductions.make("x", page, 4, "auto", "started", env, True, quick_keys=["k"]))
     store.append(reproductions.make("x", page, 4, "auto", "finished", env, True, seconds=9.0))
     assert live.wall_time("04_context_parallel", None, quick=True, store=store).seconds == 60
+
+
+def test_time_to_reproduce_is_measured_or_estimated_from_the_records():
+    """Without a recorded reproduction, "How to reproduce" gives the estimate from the recorded
+    runs (worded as one; on 4 GPUs when the page takes any count), never "not yet measured" and
+    never a made-up time."""
+    said = str(live.time_to_reproduce("03_sequence_parallel", 2, quick=True))
+    e = live.estimate("03_sequence_parallel", 2)
+    assert "estimated from the recorded runs" in said and "not yet" not in said
+    assert f"about {e.quick_s / 60:.0f} minutes" in said and "2 × H200" in said
+    assert all(len(line) <= 88 for line in said.splitlines())
+    full = " ".join(str(live.time_to_reproduce("03_sequence_parallel", None)).split())
+    e4 = live.estimate("03_sequence_parallel", 4)
+    assert f"Full live reproduction on 4 × H200: about {e4.full_s / 60:.0f} minutes" in full

@@ -9,6 +9,7 @@ of a profiled step.
     ch05_analysis.schedule_figure({"measured": a, "ideal": b}, title)   # one colour key throughout
     ch05_analysis.stage_memory(results)           # measured peak per stage against theory
     ch05_analysis.rank_work(profile)              # per stage: passes, compute kernels, NCCL
+    ch05_analysis.implied_idle(numbers, 340.0, 313.0)   # 1F1B's idle share the speed-up implies
     ch05_analysis.runs_table(results)             # the evidence page: runs outside any group
 
 Every schedule is drawn by `schedule_figure`, so a pass has the same name and colour in every figure
@@ -33,6 +34,7 @@ __all__ = [
     "bubble_table",
     "measured_and_ideal",
     "schedule_numbers",
+    "implied_idle",
     "HOST_PROBE",
     "probe_busy",
     "parity_curves",
@@ -306,6 +308,15 @@ def schedule_numbers(record: dict) -> dict:
     return out
 
 
+def implied_idle(numbers: dict, step_ms: float, profiled_step_ms: float) -> float:
+    """The idle share of the busiest stage that a step of step_ms must have had if its passes did
+    the same work as the profiled step's (schedule_numbers: busy_s, span_s; that step's median
+    profiled_step_ms): its passes span longer by the difference of the two steps, and the busy time
+    stays. Used for 1F1B's step beside the profiled interleaved one: an inference, not a profile."""
+    span = numbers["span_s"] + (step_ms - profiled_step_ms) / 1e3
+    return 1 - numbers["busy_s"] / span
+
+
 # one stage of gpt-8.3b's PP 2 (36 layers), eager at micro-batch 1: one profiled step, kept as a
 # probe
 HOST_PROBE = "results/probes/host-bound-2026-11-25/gpt-8.3b-36l-mbs1.top.json"
@@ -336,8 +347,8 @@ BUBBLE_TICKS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5)
 
 def bubble_figure(bubble, title: str):
     """charts.pipeline_bubble of bubble_table's rows on a log axis whose ticks read 0.5%, 1%, ...;
-    a line that lies on an earlier one (p = 4, v = 3 on p = 2, v = 1: both (1/m)) gets markers and
-    says so in its name."""
+    a line that lies on an earlier one (p = 4, v = 3 and p = 2, v = 1: both 1/m) gets markers and
+    says so in its name ("same line as p = 2, v = 1")."""
     from megalab import charts
 
     fig = charts.pipeline_bubble(bubble, title=title)
@@ -347,7 +358,9 @@ def bubble_figure(bubble, title: str):
         same = next((name for name, pts in seen.items() if points <= pts), None)
         if same:
             trace.update(
-                mode="lines+markers", marker=dict(size=9), name=f"{trace.name} (on {same})"
+                mode="lines+markers",
+                marker=dict(size=9),
+                name=f"{trace.name} (same line as {same})",
             )
         seen[trace.name] = points
     ticks = [
