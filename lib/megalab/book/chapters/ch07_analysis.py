@@ -45,7 +45,8 @@ CONSTANT_WORDS = {
 # what each constant is, in words (the table's column; step_model.CONSTANTS keeps the code's)
 CONSTANT_MEANING = {
     "gemm_eff": "share of the benched matmul rate the GEMMs approach as layers widen: a limit, "
-    "not reached (at hidden size 4,096: {at_4096:.2f})",
+    "not reached (at hidden size 4,096: {at_4096:.2f}). It may exceed 1: the share is of the "
+    "benched matmul rate, which a GEMM of another shape can beat",
     "gemm_width": "the hidden size at which the GEMMs reach half of that limit",
     "attn_eff": "share of the benched matmul rate flash attention reaches, forward and backward",
     "host_layer": "host time to issue one layer's forward and backward for one micro-batch",
