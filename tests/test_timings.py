@@ -418,3 +418,12 @@ def test_a_gpu_busy_share_over_one_reads_one():
     g = timings.group(None, "ch03.sp-vs-full", "H200")
     assert g.attrs["gpu_busy_raw"] > 1.0 and g.attrs["gpu_busy"] == 1.0
     assert g["gpu_busy"].max() == 1.0
+
+
+def test_a_host_string_leaves_out_what_the_record_lacks():
+    assert timings.host_of({"env": {"hostname": "vm", "gpu_name": "NVIDIA H200"}}) == (
+        "vm (NVIDIA H200)"
+    )
+    full = {"env": {"hostname": "vm", "cpu_count": 32, "gpu_name": "NVIDIA H200"}}
+    assert timings.host_of(full) == "vm (32 CPUs, NVIDIA H200)"
+    assert timings.host_of({}) == "unknown host (?)"

@@ -294,9 +294,12 @@ class NotOneGroup(ValueError):
 
 
 def host_of(record) -> str:
-    """A record's host, as far as its fingerprint tells: hostname, CPU cores and GPU model."""
+    """A record's host, as far as its fingerprint tells: hostname, CPU cores and GPU model (what
+    the record lacks left out: 'vm (NVIDIA H200)')."""
     env = record.get("env") or {}
-    return f"{env.get('hostname')} ({env.get('cpu_count')} CPUs, {env.get('gpu_name')})"
+    cpus = env.get("cpu_count")
+    known = [f"{cpus} CPUs" if cpus else None, env.get("gpu_name")]
+    return f"{env.get('hostname') or 'unknown host'} ({', '.join(k for k in known if k) or '?'})"
 
 
 def _group_tags(record) -> set:
