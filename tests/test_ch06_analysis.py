@@ -188,3 +188,18 @@ def test_worded_drops_column_names_and_the_axis_title():
 def test_summed_heatmaps_one_panel_per_record(balance):
     fig = ch06.summed_heatmaps({k: balance[k] for k in ("auxiliary loss", "none")}, "t")
     assert len(fig.data) == 2 and fig.data[0].zmax == 8 and fig.data[1].showscale
+
+
+def test_without_balancing_a_set_of_about_k_experts_takes_the_tokens(balance):
+    """Without balancing, from layer 3 on, 7 to 9 experts each got over half the tokens and the 8
+    busiest most of the copies; with forced balance none did and the 8 busiest hold about 8/64."""
+    none, force = ch06.hot_experts(balance["none"]), ch06.hot_experts(balance["force"])
+    assert none["hot"].iloc[2:].between(7, 9).all() and none["top_k_share"].iloc[2:].min() > 0.7
+    assert (force["hot"] == 0).all() and force["top_k_share"].between(0.12, 0.13).all()
+
+
+def test_the_small_moe_parity_curves_name_plain_layers():
+    pars = [p.run("cached", quiet=True) for p in chapters.runs("ch06", 2)["parity"]]
+    names = list(ch06.parity_curves(pars))
+    assert names[0] == "1 GPU" and all("plain (non-TE) layers" in n for n in names[1:])
+    assert not any("local" in n for n in names)

@@ -43,6 +43,7 @@ __all__ = [
     "expert_weight_ratio",
     "step_imbalance",
     "over_steps",
+    "hot_experts",
     "routing_heatmap",
     "summed_heatmaps",
     "worded",
@@ -52,8 +53,7 @@ __all__ = [
     "at_init",
 ]
 
-# loss curves named in words ("1 GPU", "EP 4"), as chapter 2 names its TP sizes
-from megalab.book.chapters.ch02_analysis import parity_curves  # noqa: E402, F401
+from megalab.book.chapters import ch02_analysis  # noqa: E402
 
 SERIES = "vuiseng9/megatron-tutorials"
 SERIES_URL = "https://github.com/vuiseng9/megatron-tutorials/blob/main/05-ep-moe.md"
@@ -328,6 +328,36 @@ def over_steps(record):
     out.index = summed.index
     out["fewest_hot"] = [math.ceil(p / s - 1e-9) for p, s in zip(out["per_step"], out["summed"])]
     return out
+
+
+def hot_experts(record, share: float = 0.5):
+    """Per MoE layer, over the steps the record sums (after the warm-up): hot, the experts that
+    received more than `share` of the layer's tokens (load above share · E / k, as top-k routing
+    lets up to k / share experts do), and top_k_share, the k busiest experts' share of the
+    layer's token copies (k / E when balanced, 1.0 when every token picks the same k)."""
+    import numpy as np
+    import pandas as pd
+
+    from megalab.records import routing
+    from megalab.runs.config import RunConfig
+
+    cfg = RunConfig.from_dict(record["config"])
+    lo = routing.load(record)
+    top = np.sort(lo.to_numpy(), axis=1)[:, ::-1][:, : cfg.topk]
+    return pd.DataFrame(
+        {
+            "hot": (lo > share * cfg.experts / cfg.topk).sum(axis=1).to_numpy(),
+            "top_k_share": top.sum(axis=1) / lo.sum(axis=1).to_numpy(),
+        },
+        index=lo.index,
+    )
+
+
+def parity_curves(parities) -> dict:
+    """Chapter 2's parity_curves ("1 GPU", "EP 4"), with Megatron Core's local layer spec worded
+    as chapter 5 words it: ", plain (non-TE) layers"."""
+    curves = ch02_analysis.parity_curves(parities)
+    return {k.replace(", local layers", ", plain (non-TE) layers"): v for k, v in curves.items()}
 
 
 def routing_heatmap(record, title: str):
