@@ -346,7 +346,7 @@ def _why(c: dict, best: dict) -> str:
     """The term where `c` is furthest above the best, as one phrase."""
     ms = lambda s: f"+{s * 1e3:.0f} ms" if s >= 0.0005 else f"+{s * 1e3:.2g} ms"  # noqa: E731
     terms = {"bubble": c["bubble_s"] - best["bubble_s"]}
-    extra = theory.hardware_flops(c["cfg"]) / theory.model_flops(c["cfg"]) - 1
+    extra = theory.extra_flops(c["cfg"])
     compute = c["compute_s"] - best["compute_s"]
     terms[f"recompute +{extra:.0%} FLOPs" if extra > 0 else "compute"] = compute
     for axis, name in _comm_names(c["cfg"]).items():

@@ -39,7 +39,14 @@ from megalab.theory.context import (
     chunks_of_rank,
     ring_step,
 )
-from megalab.theory.flops import flops_per_step, hardware_flops, mfu, model_flops, tflops_per_gpu
+from megalab.theory.flops import (
+    extra_flops,
+    flops_per_step,
+    hardware_flops,
+    mfu,
+    model_flops,
+    tflops_per_gpu,
+)
 from megalab.theory.footprint import memory, memory_per_stage, model_state_bytes, zero_memory
 from megalab.theory.moe import active_fraction, dispatch_bytes
 from megalab.theory.parameters import (
@@ -76,6 +83,7 @@ __all__ = [
     "flops_per_step",
     "model_flops",
     "hardware_flops",
+    "extra_flops",
     "tflops_per_gpu",
     "mfu",
     "activation_bytes_per_layer",

@@ -61,6 +61,11 @@ def hardware_flops(cfg) -> float:
     return flops_per_step(cfg, recompute=cfg.recompute)
 
 
+def extra_flops(cfg) -> float:
+    """What cfg.recompute adds: executed over model FLOPs, less one (0 without recomputation)."""
+    return hardware_flops(cfg) / model_flops(cfg) - 1
+
+
 def spec(gpu) -> GpuSpec:
     """A GpuSpec from a spec or a GPU name."""
     return gpu if isinstance(gpu, GpuSpec) else gpu_spec(gpu)

@@ -64,7 +64,7 @@ def throughput(g, gpu: str) -> "pd.DataFrame":
             "hi_ms": rows["hi_ms"].to_numpy(),
             "samples_s": [c.gbs / (ms / 1e3) for c, ms in zip(cfgs, rows["median_ms"])],
             "mfu": rows["mfu"].to_numpy(),
-            "extra_flops": [theory.hardware_flops(c) / theory.model_flops(c) - 1 for c in cfgs],
+            "extra_flops": [theory.extra_flops(c) for c in cfgs],
             "peak_gib": rows["peak_gib"].to_numpy(),
             "predicted_tokens_s": [_predicted_tokens_s(c, gpu) for c in cfgs],
         }
@@ -126,7 +126,7 @@ def tradeoff(g) -> "pd.DataFrame":
             "lo_ms": g["lo_ms"].to_numpy(),
             "hi_ms": g["hi_ms"].to_numpy(),
             "extra_time": (g["median_ms"] / base_ms - 1).to_numpy(),
-            "extra_flops": [theory.hardware_flops(c) / theory.model_flops(c) - 1 for c in cfgs],
+            "extra_flops": [theory.extra_flops(c) for c in cfgs],
             "peak_gib": g["peak_gib"].to_numpy(),
             "saved_gib": (base_gib - g["peak_gib"]).to_numpy(),
             "mfu": g["mfu"].to_numpy(),

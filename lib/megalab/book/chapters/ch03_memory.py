@@ -164,7 +164,7 @@ def partial_recompute(cfg, method: str, layers: int) -> dict:
     else:
         recomputed = cfg.layers
         act = math.ceil(cfg.layers / layers) * kept_input + layers * full_layer
-    full_extra = theory.hardware_flops(cfg.replace(recompute="full")) / theory.model_flops(cfg) - 1
+    full_extra = theory.extra_flops(cfg.replace(recompute="full"))
     act_gib = (act + rest) / GIB
     return {
         "activations_gib": act_gib,
@@ -322,7 +322,7 @@ def recompute_timings(timed: dict) -> "pd.DataFrame":
                     "layout": frame.describe(c),
                     "step_ms": r.summary["step_time_s"] * 1e3,
                     "extra_time": r.summary["step_time_s"] / base - 1,
-                    "extra_flops": theory.hardware_flops(c) / theory.model_flops(c) - 1,
+                    "extra_flops": theory.extra_flops(c),
                     "peak_gib": r.summary["mem_allocated_peak_gib"],
                     "one_recording": same,
                 }
