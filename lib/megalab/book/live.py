@@ -294,25 +294,15 @@ def wall_time(page: str, gpus: int | None = None, quick: bool = False, store=Non
 
 
 def time_to_reproduce(page: str, gpus: int | None = None, quick: bool = False, gpu: str = "H200"):
-    """One sentence for a chapter's "How to reproduce": the newest finished live reproduction's
-    wall time (wall_time) where one is recorded, else the estimate from the recorded runs'
-    start-up and step times (estimate; on `gpus`, or 4 when None) — never a time made up."""
-    import textwrap
+    """A chapter's "How to reproduce" wall time (wall_time) where a live reproduction finished,
+    else the same WallTime carrying the estimate from the recorded runs' start-up and step times
+    (estimate; on `gpus`, or 4 when None): never a time made up."""
+    from dataclasses import replace
 
     took = wall_time(page, gpus, quick=quick)
-    if took.measured:
-        return took
-    on = gpus or 4
-    e = estimate(page, on, gpu)
+    e = None if took.measured else estimate(page, gpus or 4, gpu)
     if e is None:
         return took
-    how = "Quick" if quick else "Full"
-    text = (
-        f"{how} live reproduction on {on} × {gpu}: about "
-        f"{(e.quick_s if quick else e.full_s) / 60:.0f}"
-        f" minutes, estimated from the recorded runs' start-up and step times (no reproduction of "
-        f"it"
-        f" is recorded)."
+    return replace(
+        took, gpus=gpus or 4, gpu_name=gpu, estimated_s=e.quick_s if quick else e.full_s
     )
-    return textwrap.fill(text, 88, break_on_hyphens=False)
-

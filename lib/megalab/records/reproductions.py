@@ -132,6 +132,9 @@ class WallTime:
     launched: int = 0
     read_back: int = 0
     executions: int = 0
+    # where none finished: the time the recorded runs' start-up and steps predict (live.estimate),
+    # and the GPU model they were recorded on
+    estimated_s: float | None = None
 
     @property
     def measured(self) -> bool:
@@ -147,7 +150,13 @@ class WallTime:
 
         how = "Quick" if self.quick else "Full"
         on = f"{self.gpus} GPUs" if self.gpus else "GPUs"
-        if not self.measured:
+        if not self.measured and self.estimated_s is not None:
+            text = (
+                f"{how} live reproduction on {self.gpus} × {self.gpu_name or 'GPU'}: about "
+                f"{self.estimated_s / 60:.0f} minutes, estimated from the recorded runs' start-up "
+                "and step times (no reproduction of it is recorded)."
+            )
+        elif not self.measured:
             command = (
                 f"megalab reproduce {self.page.split('/')[0]} --mode live"
                 f"{' --quick' if self.quick else ''}"
