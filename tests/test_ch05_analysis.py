@@ -212,7 +212,9 @@ def test_table_words_booleans_and_pads_cells():
 def test_parity_curves_leave_the_layer_spec_to_the_title(monkeypatch):
     from megalab.book.chapters import ch02_analysis
 
-    monkeypatch.setattr(ch02_analysis, "parity_curves", lambda p: {"PP 4, local layers": [1.0]})
+    monkeypatch.setattr(
+        ch02_analysis, "parity_curves", lambda p: {"PP 4, plain (non-TE) layers": [1.0]}
+    )
     assert list(ch05.parity_curves([])) == ["PP 4"]
 
 

@@ -72,7 +72,7 @@ def describe(cfg, model: bool = False, batch: bool = False) -> str:
     """The layout in words, for titles, legends and tables: the parallel axes above 1 ('TP 2 + SP ×
     PP 2 × VPP 4', '1 GPU' when there is none), then the memory settings ('+ distributed optimizer',
     '+ full recomputation', '+ selective recomputation (MLP)', '+ overlap'), then the implementation
-    (', CUDA graphs', ', FP8', ', local layers', ', no compile'). `model` puts the model's name
+    (', CUDA graphs', ', FP8', ', plain (non-TE) layers', ', no compile'). `model` puts the model's name
     first ('gpt-1.2b, TP 2'), `batch` the batch last (', micro-batch 4, global batch 64')."""
     text = " × ".join(_axis_words(cfg, s, n) for s, n in _sizes(cfg)) or "1 GPU"
     memory = [
@@ -85,7 +85,7 @@ def describe(cfg, model: bool = False, batch: bool = False) -> str:
     extras = [
         (cfg.cuda_graphs != "none", "CUDA graphs"),
         (cfg.fp8, "FP8"),
-        (cfg.impl == "local", "local layers"),
+        (cfg.impl == "local", "plain (non-TE) layers"),  # Megatron Core's local spec
         (not cfg.compile, "no compile"),
         (cfg.experts > 0 and cfg.moe_dispatcher != "alltoall", f"{cfg.moe_dispatcher} dispatcher"),
         (cfg.experts > 0 and cfg.moe_aux_coeff != 1e-2, f"auxiliary loss {cfg.moe_aux_coeff:g}"),

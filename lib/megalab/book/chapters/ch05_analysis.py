@@ -338,7 +338,7 @@ def parity_curves(parities) -> dict:
     (ch02_analysis.parity_curves)."""
     from megalab.book.chapters.ch02_analysis import parity_curves as curves
 
-    return {k.replace(", local layers", ""): v for k, v in curves(parities).items()}
+    return {k.replace(", plain (non-TE) layers", ""): v for k, v in curves(parities).items()}
 
 
 # the bubble figure's log axis: ticks in words, 0.5% not "0%"

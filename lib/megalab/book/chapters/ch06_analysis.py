@@ -53,7 +53,8 @@ __all__ = [
     "at_init",
 ]
 
-from megalab.book.chapters import ch02_analysis  # noqa: E402
+# loss curves named in words ("1 GPU", "EP 4"), as chapter 2 names its TP sizes
+from megalab.book.chapters.ch02_analysis import parity_curves  # noqa: E402, F401
 
 SERIES = "vuiseng9/megatron-tutorials"
 SERIES_URL = "https://github.com/vuiseng9/megatron-tutorials/blob/main/05-ep-moe.md"
@@ -351,13 +352,6 @@ def hot_experts(record, share: float = 0.5):
         },
         index=lo.index,
     )
-
-
-def parity_curves(parities) -> dict:
-    """Chapter 2's parity_curves ("1 GPU", "EP 4"), with Megatron Core's local layer spec worded
-    as chapter 5 words it: ", plain (non-TE) layers"."""
-    curves = ch02_analysis.parity_curves(parities)
-    return {k.replace(", local layers", ", plain (non-TE) layers"): v for k, v in curves.items()}
 
 
 def routing_heatmap(record, title: str):
