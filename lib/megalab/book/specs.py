@@ -314,14 +314,15 @@ class Lesson:
         if not keys or len(set(keys)) < len(keys):
             raise ValueError(f"lesson {self.name}: give it distinct configurations")
         if unknown := set(self.needs) - {"routing"}:
-            raise ValueError(f"lesson {self.name}: needs {sorted(unknown)}: only 'routing' is "
-                             f"known")
-        for c in self.configs:
-            if "routing" in self.needs and not counts_routing(c):
-                raise ValueError(
-                    f"lesson {self.name}: {c.label} records no routing (an MoE run with CUDA "
-                    f"graphs skips the router's hook on replay): give it cuda_graphs='none'"
-                )
+            raise ValueError(
+                f"lesson {self.name}: needs {sorted(unknown)}: only 'routing' is known"
+            )
+        blind = [c.label for c in self.configs if "routing" in self.needs and not counts_routing(c)]
+        if blind:
+            raise ValueError(
+                f"lesson {self.name}: {blind[0]} records no routing (an MoE run with CUDA graphs "
+                "skips the router's hook on replay): give it cuda_graphs='none'"
+            )
 
     @property
     def tag(self) -> str:
