@@ -38,10 +38,11 @@ def groups(cfgs) -> list[list[int]]:
         if not reusable(cfg):
             out.append([i])
             continue
-        if process_key(cfg) not in by_key:
-            by_key[process_key(cfg)] = []
-            out.append(by_key[process_key(cfg)])
-        by_key[process_key(cfg)].append(i)
+        key = process_key(cfg)
+        if key not in by_key:
+            by_key[key] = []
+            out.append(by_key[key])
+        by_key[key].append(i)
     return out
 
 
