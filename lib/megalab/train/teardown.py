@@ -13,10 +13,10 @@ otherwise: Megatron's or Transformer Engine's), the CUDA-graph registries, the s
 module cache (keyed by id(model): a new model at a freed model's address would find the old one's
 modules), the MoE logging tracker, the 1F1B overlap streams, Transformer Engine's FP8 state and
 torch.compile's compiled code (its cache limit per function would leave later runs eager). Then gc,
-the CUDA cache emptied and the peak-memory counters reset: the next run's peaks are its own.
+cuBLAS's workspaces freed, the CUDA cache emptied and the peak-memory counters reset: the next run's peaks are its own.
 
 What cannot be reset stays, and is why a reused run says so in its record: the CUDA context, the
-kernels already loaded, cuBLAS and Transformer Engine workspaces, the environment read before CUDA
+kernels already loaded, Transformer Engine's workspaces, the environment read before CUDA
 started (megalab.jobs.reuse groups runs by it) and the workarounds patched once per process
 (megalab.train.workarounds).
 """
@@ -89,6 +89,9 @@ def teardown(keep=()) -> None:
     gc.collect()
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
+        # cuBLAS keeps a workspace per (handle, stream) in the caching allocator: a run on other
+        # streams left them allocated (the GPU check found a reused PP 2 run's peaks 1% higher)
+        torch._C._cuda_clearCublasWorkspaces()
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
 
