@@ -203,3 +203,63 @@ def test_the_small_moe_parity_curves_name_plain_layers():
     names = list(ch06.parity_curves(pars))
     assert names[0] == "1 GPU" and all("plain (non-TE) layers" in n for n in names[1:])
     assert not any("local" in n for n in names)
+
+
+def test_the_aux_group_prices_the_learned_routing_per_layout():
+    """ch06.ep-aux as timings.group returns it: EP 2 at 330 ms with the auxiliary loss against 300
+    forced is a 10% cost; layouts timed one way only have no cost; the policy reads in words."""
+    group = chapters.runs("ch06", 2)["groups"]["ep_aux"]
+    cfgs = list(group.configs)
+    ms = [400.0, 330.0, 280.0, 550.0, 300.0, 400.0]
+    g = pd.DataFrame(
+        {
+            "cfg": cfgs,
+            "median_ms": ms,
+            "lo_ms": [m - 5 for m in ms],
+            "hi_ms": [m + 5 for m in ms],
+            "mfu": [0.1] * 6,
+            "gpu_busy": [np.nan, np.nan, np.nan, 0.97, np.nan, np.nan],
+        }
+    )
+    g.attrs.update(name="ch06.ep-aux", gpu_busy=0.97, host="h")
+    t = ch06.aux_group(g)
+    assert t["balancing"].tolist() == ["auxiliary loss"] * 4 + ["forced"] * 2
+    assert t.attrs["gpu_busy"] == 0.97
+    cost = ch06.routing_cost(t)
+    assert cost.index.tolist() == ["EP 2", "ETP 2 × DP 2"]
+    assert cost.loc["EP 2", "cost"] == pytest.approx(0.1)
+    assert cost.loc["ETP 2 × DP 2", "cost"] == pytest.approx(0.375)
+    with pytest.raises(LookupError, match="both"):
+        ch06.routing_cost(t[t["balancing"] == "forced"])
+
+
+def test_the_routing_lesson_collapses_then_recovers_with_the_auxiliary_loss():
+    """The committed 300-step EP 2 runs: every policy starts at the same step-0 imbalance (same
+    weights, same tokens) and collapses; with the auxiliary loss at 0.01 or 0.1 the busiest expert
+    is back under 1.5× the mean before step 200 and ends near 1.07; without it, it stays above 6."""
+    lesson = chapters.runs("ch06", 2)["lessons"]["routing"].configs
+    names = [ch06.routing_name(c) for c in lesson]
+    assert names == ["auxiliary loss 0.01", "auxiliary loss 0.1", "no balancing"]
+    recs = {n: megalab.run(c, "cached", quiet=True).record for n, c in zip(names, lesson)}
+    rec = ch06.recovery(recs)
+    assert rec["at_start"].nunique() == 1 and (rec["peak"] > 6).all()
+    assert (rec.loc[names[:2], "settled_at"] < 200).all() and (
+        rec.loc[names[:2], "last"] < 1.1
+    ).all()
+    assert pd.isna(rec.loc["no balancing", "settled_at"]) and rec.loc["no balancing", "last"] > 6
+
+
+def test_recovery_settles_at_the_first_step_it_stays_below():
+    """A made-up record: 8, 2, 1.2, 1.6, 1.1, 1.0 settles (below 1.5) at step 4; one never below
+    does not settle; one always below settles at step 0."""
+
+    def record(series):
+        return {"routing": {"max_over_mean": [[v] for v in series], "tokens_per_expert": [[1]]}}
+
+    rec = ch06.recovery(
+        {"a": record([8, 2, 1.2, 1.6, 1.1, 1.0]), "b": record([8, 7]), "c": record([1.1, 1.2])},
+        tail=2,
+    )
+    assert rec.loc["a", "settled_at"] == 4 and rec.loc["a", "last"] == pytest.approx(1.05)
+    assert pd.isna(rec.loc["b", "settled_at"]) and rec.loc["c", "settled_at"] == 0
+    assert rec.loc["a", "peak_step"] == 0

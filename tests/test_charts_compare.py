@@ -164,3 +164,20 @@ def test_grouped_bars_integers_read_as_integers_and_shares_as_percent():
     assert fig.data[0].texttemplate == "%{y:.3~g}" and not fig.layout.yaxis.tickformat
     fig = charts.grouped_bars(df, "layout", "ms", text_format=",.0f")
     assert fig.data[0].texttemplate == "%{y:,.0f}"
+
+
+def test_grouped_bars_draw_an_interval_around_each_bar():
+    """A median's 95% interval: whiskers from lo to hi, the value inside the bar."""
+    df = pd.DataFrame(
+        {
+            "layout": ["EP 2", "ETP 2"],
+            "ms": [300.0, 500.0],
+            "lo": [290.0, 480.0],
+            "hi": [320.0, 510.0],
+        }
+    )
+    fig = charts.grouped_bars(df, "layout", "ms", interval=("lo", "hi"))
+    (bar,) = fig.data
+    assert list(bar.error_y.array) == [20.0, 10.0] and list(bar.error_y.arrayminus) == [10.0, 20.0]
+    assert bar.textposition == "inside"
+    assert charts.grouped_bars(df, "layout", "ms").data[0].error_y.array is None

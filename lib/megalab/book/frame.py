@@ -72,8 +72,8 @@ def describe(cfg, model: bool = False, batch: bool = False) -> str:
     """The layout in words, for titles, legends and tables: the parallel axes above 1 ('TP 2 + SP ×
     PP 2 × VPP 4', '1 GPU' when there is none), then the memory settings ('+ distributed optimizer',
     '+ full recomputation', '+ selective recomputation (MLP)', '+ overlap'), then the implementation
-    (', CUDA graphs', ', FP8', ', plain (non-TE) layers', ', no compile'). `model` puts the model's name
-    first ('gpt-1.2b, TP 2'), `batch` the batch last (', micro-batch 4, global batch 64')."""
+    (', CUDA graphs', ', FP8', ', plain (non-TE) layers', ', no compile'). `model` puts the model's
+    name first ('gpt-1.2b, TP 2'), `batch` the batch last (', micro-batch 4, global batch 64')."""
     text = " × ".join(_axis_words(cfg, s, n) for s, n in _sizes(cfg)) or "1 GPU"
     memory = [
         (cfg.dist_opt, "distributed optimizer"),

@@ -44,13 +44,15 @@ def grouped_bars(
     title: str | None = None,
     y_title: str | None = None,
     text_format: str = ".3g",
+    interval: tuple[str, str] | None = None,
 ) -> go.Figure:
     """Bars of `y` for each value of `x`, one colour per value of `color` (e.g. predicted /
-    measured). Rows whose `source` is "yours" (a reader's own runs) stand beside the book's as
-    hatched bars of the same colour, named "... (yours)". Category labels wrap onto lines
-    (_wrap_label) so that none is cut at 1000 px; a share (PERCENT, or a y_title with %) reads in
-    percent on the axis and the bars; whole numbers (micro-batches) read as integers, also on a log
-    axis; other values with `text_format`."""
+    measured); `interval` (lo, hi: columns) draws each bar's interval, a median's 95% one, say. Rows
+    whose `source` is "yours" (a reader's own runs) stand beside the book's as hatched bars of the
+    same colour, named "... (yours)". Category labels wrap onto lines (_wrap_label) so that none is
+    cut at 1000 px; a share (PERCENT, or a y_title with %) reads in percent on the axis and the
+    bars; whole numbers (micro-batches) read as integers, also on a log axis; other values with
+    `text_format`."""
     labels = list(dict.fromkeys(df[x].astype(str)))
     width = max(8, AXIS_CHARACTERS // max(1, len(labels)))
     wrapped = {v: _wrap_label(v, width) for v in labels}
@@ -69,11 +71,14 @@ def grouped_bars(
         style = dict(
             marker_color=PALETTE[i % len(PALETTE)],
             texttemplate=f"%{{y:{fmt}}}",
-            textposition="outside",
+            # an interval's whisker would cross a label above the bar
+            textposition="inside" if interval else "outside",
             cliponaxis=False,
         )
         if len(book) or not len(mine):
             fig.add_bar(x=book[x].astype(str).map(wrapped), y=book[y], name=name, **style)
+            if interval:
+                fig.data[-1].error_y = _error(book, y, *interval)
         if len(mine):
             fig.add_bar(
                 x=mine[x].astype(str).map(wrapped),
@@ -95,6 +100,19 @@ def grouped_bars(
         # 7 and 59, not 7.00 and 59.0, also when made a log axis
         fig.update_yaxes(tickformat=",~r")
     return fig
+
+
+def _error(df, y: str, lo: str, hi: str) -> dict:
+    """Plotly error bars from the columns `lo` and `hi` around `y`."""
+    return dict(
+        type="data",
+        symmetric=False,
+        array=(df[hi] - df[y]).tolist(),
+        arrayminus=(df[y] - df[lo]).tolist(),
+        color="#444",
+        thickness=1.2,
+        width=4,
+    )
 
 
 def ratio_bars(

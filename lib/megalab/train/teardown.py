@@ -13,7 +13,8 @@ otherwise: Megatron's or Transformer Engine's), the CUDA-graph registries, the s
 module cache (keyed by id(model): a new model at a freed model's address would find the old one's
 modules), the MoE logging tracker, the 1F1B overlap streams, Transformer Engine's FP8 state and
 torch.compile's compiled code (its cache limit per function would leave later runs eager). Then gc,
-cuBLAS's workspaces freed, the CUDA cache emptied and the peak-memory counters reset: the next run's peaks are its own.
+cuBLAS's workspaces freed, the CUDA cache emptied and the peak-memory counters reset: the next run's
+peaks are its own.
 
 What cannot be reset stays, and is why a reused run says so in its record: the CUDA context, the
 kernels already loaded, Transformer Engine's workspaces, the environment read before CUDA

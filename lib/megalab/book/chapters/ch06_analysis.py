@@ -33,6 +33,8 @@ __all__ = [
     "memory",
     "layouts",
     "ep_group",
+    "aux_group",
+    "routing_cost",
     "beside_series",
     "micro_batches",
     "run_rows",
@@ -42,6 +44,8 @@ __all__ = [
     "series",
     "expert_weight_ratio",
     "step_imbalance",
+    "recovery",
+    "routing_name",
     "over_steps",
     "hot_experts",
     "routing_heatmap",
@@ -171,6 +175,46 @@ def ep_group(g):
     )
     out.attrs.update(gpu_busy=g.attrs.get("gpu_busy"), host=g.attrs.get("host"))
     return out
+
+
+def aux_group(g):
+    """The comparison group `ch06.ep-aux` (timings.group) as the chapter reads it: layout (in
+    words), balancing ("auxiliary loss" or "forced"), median_ms, lo_ms, hi_ms, mfu, gpu_busy (the
+    profiled run's). attrs: gpu_busy, host."""
+    import pandas as pd
+
+    cfgs = list(g["cfg"])
+    out = pd.DataFrame(
+        {
+            "layout": [layout(c) for c in cfgs],
+            "balancing": [BALANCING[c.moe_balance] for c in cfgs],
+            "median_ms": g["median_ms"].to_numpy(),
+            "lo_ms": g["lo_ms"].to_numpy(),
+            "hi_ms": g["hi_ms"].to_numpy(),
+            "mfu": g["mfu"].to_numpy(),
+            "gpu_busy": g["gpu_busy"].to_numpy(),
+        }
+    )
+    out.attrs.update(gpu_busy=g.attrs.get("gpu_busy"), host=g.attrs.get("host"))
+    return out
+
+
+# moe_balance -> the words a figure uses
+BALANCING = {"aux_loss": "auxiliary loss", "force": "forced", "none": "none"}
+
+
+def routing_cost(t):
+    """Per layout timed both ways in aux_group's table `t`: forced_ms, aux_ms and cost, the step
+    time the learned routing adds (aux_ms / forced_ms - 1). Raises LookupError when no layout has
+    both."""
+    wide = t.pivot(index="layout", columns="balancing", values="median_ms")
+    wide = wide.reindex(columns=["forced", "auxiliary loss"]).dropna()
+    if wide.empty:
+        raise LookupError("no layout is timed with both forced balance and the auxiliary loss")
+    wide = wide.rename(columns={"forced": "forced_ms", "auxiliary loss": "aux_ms"})
+    wide["cost"] = wide["aux_ms"] / wide["forced_ms"] - 1
+    order = list(dict.fromkeys(t["layout"]))
+    return wide.loc[[x for x in order if x in wide.index], ["forced_ms", "aux_ms", "cost"]]
 
 
 def beside_series(t):
@@ -308,6 +352,43 @@ def step_imbalance(records: dict):
         imb = routing.imbalance(rec).mean(axis=1)
         parts.append(pd.DataFrame({"step": imb.index, "balancing": name, "max_over_mean": imb}))
     return pd.concat(parts, ignore_index=True)
+
+
+def routing_name(cfg) -> str:
+    """'auxiliary loss 0.01', 'no balancing' or 'forced balance': a routing run's policy in
+    words."""
+    if cfg.moe_balance == "aux_loss":
+        return f"auxiliary loss {cfg.moe_aux_coeff:g}"
+    return {"none": "no balancing", "force": "forced balance"}[cfg.moe_balance]
+
+
+def recovery(records: dict, settled: float = 1.5, tail: int = 20):
+    """Per record (balancing name -> record), from step_imbalance's layer mean: at_start (step 0),
+    peak and peak_step, last (the mean of the last `tail` steps) and settled_at, the first step
+    from which it stays below `settled` to the end (None when it never does)."""
+    import pandas as pd
+
+    rows = []
+    for name, rec in records.items():
+        imb = step_imbalance({name: rec}).set_index("step")["max_over_mean"]
+        above = imb[imb >= settled]
+        if above.empty:
+            at = int(imb.index[0])
+        elif above.index[-1] == imb.index[-1]:
+            at = None
+        else:
+            at = int(above.index[-1]) + 1
+        rows.append(
+            {
+                "balancing": name,
+                "at_start": float(imb.iloc[0]),
+                "peak": float(imb.max()),
+                "peak_step": int(imb.idxmax()),
+                "last": float(imb.iloc[-tail:].mean()),
+                "settled_at": at,
+            }
+        )
+    return pd.DataFrame(rows).set_index("balancing")
 
 
 def over_steps(record):

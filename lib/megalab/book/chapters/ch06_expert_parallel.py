@@ -17,7 +17,8 @@ permutation and router and TE's CUTLASS grouped GEMM (megalab.train.wiring). A c
 newest record answers it; the ones made before `FUSIONS_AT` ran the older trainer (the evidence
 page sets them side by side). The chapter's step times come from the comparison group `ch06.ep`
 (`_groups`, forced balance); ch06_analysis reads it. A second group, `ch06.ep-aux`, times the
-layouts with the auxiliary loss and ETP (queued: the chapter does not read it yet).
+layouts with the auxiliary loss and ETP, beside forced balance for EP and ETP; the routing lesson
+`ch06.routing` (300 eager steps per balancing policy) shows the router collapse and recover.
 """
 
 from __future__ import annotations
