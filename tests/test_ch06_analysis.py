@@ -217,20 +217,25 @@ def test_the_aux_group_prices_the_learned_routing_per_layout():
             "median_ms": ms,
             "lo_ms": [m - 5 for m in ms],
             "hi_ms": [m + 5 for m in ms],
+            "run_ms": [[m - 10, m + 10] for m in ms],
             "mfu": [0.1] * 6,
             "gpu_busy": [np.nan, np.nan, np.nan, 0.97, np.nan, np.nan],
         }
     )
     g.attrs.update(name="ch06.ep-aux", gpu_busy=0.97, host="h")
     t = ch06.aux_group(g)
-    assert t["balancing"].tolist() == ["auxiliary loss"] * 4 + ["forced"] * 2
+    assert t["balancing"].tolist() == ["auxiliary loss"] * 4 + ["forced balance"] * 2
+    assert t["run_lo_ms"].tolist() == [m - 10 for m in ms]
     assert t.attrs["gpu_busy"] == 0.97
     cost = ch06.routing_cost(t)
     assert cost.index.tolist() == ["EP 2", "ETP 2 × DP 2"]
     assert cost.loc["EP 2", "cost"] == pytest.approx(0.1)
     assert cost.loc["ETP 2 × DP 2", "cost"] == pytest.approx(0.375)
+    assert cost.loc["EP 2", "cost_lo"] == pytest.approx(320 / 310 - 1)
+    assert cost.loc["EP 2", "cost_hi"] == pytest.approx(340 / 290 - 1)
+    assert cost.loc["EP 2", "range"] == "3%–17%"
     with pytest.raises(LookupError, match="both"):
-        ch06.routing_cost(t[t["balancing"] == "forced"])
+        ch06.routing_cost(t[t["balancing"] == "forced balance"])
 
 
 def test_the_routing_lesson_collapses_then_recovers_with_the_auxiliary_loss():

@@ -179,7 +179,9 @@ def ep_group(g):
 
 def aux_group(g):
     """The comparison group `ch06.ep-aux` (timings.group) as the chapter reads it: layout (in
-    words), balancing ("auxiliary loss" or "forced"), median_ms, lo_ms, hi_ms, mfu, gpu_busy (the
+    words), balancing ("auxiliary loss" or "forced balance"), median_ms, lo_ms, hi_ms (the pooled
+    steps' median and its 95% interval), run_lo_ms and run_hi_ms (the fastest and slowest run's
+    median: with a learning router the step time wanders from run to run), mfu, gpu_busy (the
     profiled run's). attrs: gpu_busy, host."""
     import pandas as pd
 
@@ -191,6 +193,8 @@ def aux_group(g):
             "median_ms": g["median_ms"].to_numpy(),
             "lo_ms": g["lo_ms"].to_numpy(),
             "hi_ms": g["hi_ms"].to_numpy(),
+            "run_lo_ms": [min(v) for v in g["run_ms"]],
+            "run_hi_ms": [max(v) for v in g["run_ms"]],
             "mfu": g["mfu"].to_numpy(),
             "gpu_busy": g["gpu_busy"].to_numpy(),
         }
@@ -200,21 +204,39 @@ def aux_group(g):
 
 
 # moe_balance -> the words a figure uses
-BALANCING = {"aux_loss": "auxiliary loss", "force": "forced", "none": "none"}
+BALANCING = {"aux_loss": "auxiliary loss", "force": "forced balance", "none": "no balancing"}
 
 
 def routing_cost(t):
     """Per layout timed both ways in aux_group's table `t`: forced_ms, aux_ms and cost, the step
-    time the learned routing adds (aux_ms / forced_ms - 1). Raises LookupError when no layout has
-    both."""
-    wide = t.pivot(index="layout", columns="balancing", values="median_ms")
-    wide = wide.reindex(columns=["forced", "auxiliary loss"]).dropna()
-    if wide.empty:
+    time the auxiliary loss's routing adds (aux_ms / forced_ms - 1), with cost_lo and cost_hi, the
+    least and most it adds between any two runs (fastest with the loss over slowest forced, and the
+    reverse) and range, the two in words ("14–23%"). Raises LookupError when no layout has both."""
+    import pandas as pd
+
+    both = [x for x in dict.fromkeys(t["layout"]) if len(set(t[t["layout"] == x]["balancing"])) > 1]
+    rows = []
+    for x in both:
+        aux = t[(t["layout"] == x) & (t["balancing"] == "auxiliary loss")]
+        forced = t[(t["layout"] == x) & (t["balancing"] == "forced balance")]
+        if aux.empty or forced.empty:
+            continue
+        a, f = aux.iloc[0], forced.iloc[0]
+        rows.append(
+            {
+                "layout": x,
+                "forced_ms": f["median_ms"],
+                "aux_ms": a["median_ms"],
+                "cost": a["median_ms"] / f["median_ms"] - 1,
+                "cost_lo": a["run_lo_ms"] / f["run_hi_ms"] - 1,
+                "cost_hi": a["run_hi_ms"] / f["run_lo_ms"] - 1,
+            }
+        )
+    if not rows:
         raise LookupError("no layout is timed with both forced balance and the auxiliary loss")
-    wide = wide.rename(columns={"forced": "forced_ms", "auxiliary loss": "aux_ms"})
-    wide["cost"] = wide["aux_ms"] / wide["forced_ms"] - 1
-    order = list(dict.fromkeys(t["layout"]))
-    return wide.loc[[x for x in order if x in wide.index], ["forced_ms", "aux_ms", "cost"]]
+    out = pd.DataFrame(rows).set_index("layout")
+    out["range"] = [f"{lo:.0%}–{hi:.0%}" for lo, hi in zip(out["cost_lo"], out["cost_hi"])]
+    return out
 
 
 def beside_series(t):
