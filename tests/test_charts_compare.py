@@ -179,5 +179,5 @@ def test_grouped_bars_draw_an_interval_around_each_bar():
     fig = charts.grouped_bars(df, "layout", "ms", interval=("lo", "hi"))
     (bar,) = fig.data
     assert list(bar.error_y.array) == [20.0, 10.0] and list(bar.error_y.arrayminus) == [10.0, 20.0]
-    assert bar.textposition == "inside"
+    assert bar.textposition == "inside" and bar.insidetextanchor == "middle"
     assert charts.grouped_bars(df, "layout", "ms").data[0].error_y.array is None

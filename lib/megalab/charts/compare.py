@@ -75,6 +75,8 @@ def grouped_bars(
             textposition="inside" if interval else "outside",
             cliponaxis=False,
         )
+        if interval:  # mid-bar, clear of the whisker at its top
+            style["insidetextanchor"] = "middle"
         if len(book) or not len(mine):
             fig.add_bar(x=book[x].astype(str).map(wrapped), y=book[y], name=name, **style)
             if interval:
