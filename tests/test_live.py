@@ -265,3 +265,93 @@ def test_time_to_reproduce_is_measured_or_estimated_from_the_records():
     full = " ".join(str(live.time_to_reproduce("03_sequence_parallel", None)).split())
     e4 = live.estimate("03_sequence_parallel", 4)
     assert f"Full live reproduction on 4 × H200: about {e4.full_s / 60:.0f} minutes" in full
+
+
+def _live(store, page="06_expert_parallel", gpus=2, mode="live", quick=False, rid="w1"):
+    return live.Live(
+        id=rid,
+        page=page,
+        gpus=gpus,
+        mode=mode,
+        quick=quick,
+        env={"gpu_name": "NVIDIA H200", "gpu_count": gpus},
+        store=store,
+        read_back=0,
+        resumed=False,
+        t0=0.0,
+    )
+
+
+def test_measured_ahead_are_the_shareable_runs_outside_the_groups(tmp_path, monkeypatch):
+    """Ahead of chapter 6 on 2 GPUs: eager megalab runs of at most 2 GPUs, each once, none of a
+    comparison group (timed alone, fresh); a quick reproduction takes only defining points; a run
+    this reproduction measured is not measured again."""
+    from megalab.book import chapters
+    from megalab.book.specs import groups
+
+    monkeypatch.setattr(results, "_local_hardware", lambda: ("NVIDIA H200", 2, True))
+    store = Store(tmp_path)
+    cfgs = live.ahead(_live(store))
+    grouped = {c.key for g in groups(chapters.runs("ch06", 2)) for c in g.configs}
+    assert cfgs and len({c.key for c in cfgs}) == len(cfgs)
+    assert all(c.gpus <= 2 and c.cuda_graphs == "none" and c.runner == "megalab" for c in cfgs)
+    assert not grouped & {c.key for c in cfgs}
+    quick = live.ahead(_live(store, quick=True))
+    defining = {k for k in live.quick_keys("06_expert_parallel", 2)}
+    assert {c.key for c in quick} <= defining
+    store.append(_record(cfgs[0], tags=[reproductions.tag("w1")]))
+    assert cfgs[0].key not in {c.key for c in live.ahead(_live(store))}
+    # auto mode on a machine whose GPU model has the records: nothing to launch
+    for c in cfgs:
+        store.append(_record(c))
+    assert live.ahead(_live(store, mode="auto", rid="w2")) == []
+
+
+def test_runs_measured_ahead_are_read_back_by_the_notebook(tmp_path, monkeypatch):
+    """warm launches the shareable runs through one launch_many and records them as the
+    reproduction's; megalab.run inside the reproduction then reads them back, launching nothing."""
+    from megalab.jobs import reuse
+
+    monkeypatch.setattr(results, "_local_hardware", lambda: ("NVIDIA H200", 2, True))
+    monkeypatch.setattr(results, "_predict", lambda cfg, gpu: {})
+    store = Store(tmp_path)
+    monkeypatch.setenv("MEGALAB_RESULTS", str(tmp_path))
+    run = _live(store)
+    cfgs = live.ahead(run)[:3]
+    monkeypatch.setattr(live, "ahead", lambda r: cfgs)
+    batches = []
+
+    def fake_many(many, timeout_s=None, **kw):
+        batches.append([c.key for c in many])
+        summary = {"startup_s": 2.0}
+        return [RunOutcome("ok", None, metrics.Parsed(None, _steps(), summary), None, 0)] * len(
+            many
+        )
+
+    def no_launch(cfg, **kw):
+        raise AssertionError(f"launched {cfg.label}: it was measured ahead")
+
+    monkeypatch.setattr(reuse, "launch_many", fake_many)
+    monkeypatch.setattr(launch, "launch", no_launch)
+    found = live.warm(run)
+    assert batches == [[c.key for c in cfgs]] and [r.status for r in found] == ["ok"] * 3
+    assert all(reproductions.tag("w1") in r.record["tags"] for r in found)
+    with reproduction.active("w1"):
+        again = [results.run(c, "live", quiet=True, store=store) for c in cfgs]
+    assert [r.record["id"] for r in again] == [r.record["id"] for r in found]
+
+
+def test_no_reuse_turns_the_shared_launches_off(book, monkeypatch):
+    """--no-reuse: nothing is measured ahead; by default warm runs before the notebook."""
+    import argparse
+
+    p = argparse.ArgumentParser()
+    live.add_args(p)
+    assert p.parse_args([]).reuse and not p.parse_args(["--no-reuse"]).reuse
+    root, launches, _ = book
+    warmed = []
+    monkeypatch.setattr(live, "warm", lambda run, timeout_s=None: warmed.append(run.id) or [])
+    assert reproduce.reproduce(["00"], mode="live", force=True, root=root, reuse=False) == 0
+    assert warmed == [] and launches == list(SEQS)
+    assert reproduce.reproduce(["00"], mode="live", force=True, root=root, fresh=True) == 0
+    assert len(warmed) == 1

@@ -5,6 +5,7 @@ take.
     live = begin(notebook, parameters, quick=False, fresh=False)   # None in cached mode
     print(live.estimate)                  # from the recorded start-up and step times
     with reproduction.active(live.id):    # the notebook's kernel runs under it
+        warm(live)                        # its shareable runs first, one launch per world size
         execute(...)
     live.end("finished")                  # or "interrupted", "failed": seconds, runs launched
 
@@ -15,6 +16,7 @@ measured are read back, not launched (megalab.jobs.reproduction). `fresh` starts
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -261,8 +263,61 @@ def begin(notebook, parameters: dict, quick: bool = False, fresh: bool = False, 
     return live
 
 
+# -- measured ahead, in shared launches
+# ------------------------------------------------------------------------
+def ahead(run: Live) -> list:
+    """The runs a live reproduction measures before its notebook runs, in shared launches (warm):
+    its chapter's plain runs (each configuration once; in a quick reproduction only its defining
+    points) that fit on run.gpus, that this machine would launch now and that can share a process
+    (train.batch.reusable: eager megalab runs), less what this reproduction has measured. Not the
+    comparison groups' runs (each timed alone, fresh), profiled runs, fits or parity runs: the
+    notebook launches those as it reaches them."""
+    from megalab.book import chapters
+    from megalab.book.specs import groups, items
+    from megalab.jobs.running import would_launch
+    from megalab.runs.config import RunConfig
+    from megalab.train.batch import reusable
+
+    chapter = chapter_of(run.page)
+    if chapter is None:
+        return []
+    found = chapters.defining(chapter, run.gpus) if run.quick else chapters.runs(chapter, run.gpus)
+    grouped = {c.key for g in groups(found) for c in (*g.configs, *g.quick_runs(), g.warmup)}
+    done = {r.get("key") for r in run.store.load("run", tag=reproductions.tag(run.id))}
+    cfgs = {c.key: c for c in items(found) if isinstance(c, RunConfig)}
+    mode = "live" if run.quick else run.mode  # a quick one re-measures its defining points
+    return [
+        c
+        for k, c in cfgs.items()
+        if k not in grouped
+        and k not in done
+        and c.gpus <= run.gpus
+        and reusable(c)
+        and would_launch(c, mode, run.store)
+    ]
+
+
+def warm(run: Live, timeout_s: float | None = None) -> list:
+    """Measure `ahead(run)` now, the runs of one world size in one launch (megalab.jobs.reuse:
+    the interpreter, imports and process group paid once), each recorded as one of this
+    reproduction's runs: the notebook then reads them back. Their records say they ran in a
+    shared process. Returns the Results."""
+    from megalab.jobs.running import DEFAULT_TIMEOUT_S, measure_many
+
+    cfgs = ahead(run)
+    if not cfgs:
+        return []
+    print(
+        f"megalab reproduce: measuring {len(cfgs)} run(s) ahead, one launch per world size",
+        file=sys.stderr,
+    )
+    tags = [reproductions.tag(run.id)]
+    return measure_many(cfgs, run.store, tags, timeout_s or DEFAULT_TIMEOUT_S, quiet=True)
+
+
 def add_args(p) -> None:
-    """--quick, --resume and --fresh (the options of a live reproduction) on a parser."""
+    """--quick, --resume, --fresh and --no-reuse (the options of a live reproduction) on a
+    parser."""
     p.add_argument(
         "--quick",
         action="store_true",
@@ -278,6 +333,13 @@ def add_args(p) -> None:
         "--fresh",
         action="store_true",
         help="live: start a new reproduction, re-measuring the runs an unfinished one made",
+    )
+    p.add_argument(
+        "--no-reuse",
+        dest="reuse",
+        action="store_false",
+        help="live: launch every run in its own processes (default: the runs outside comparison "
+        "groups that can share a process are measured first, one launch per world size)",
     )
 
 

@@ -327,11 +327,13 @@ def reproduce(
     root=None,
     quick: bool = False,
     fresh: bool = False,
+    reuse: bool = True,
 ) -> int:
     """Execute the chosen notebooks (all, in toc order, when None); print a summary table; return 0
     when all succeeded, 1 otherwise, 130 when interrupted (Ctrl-C: the notebook running then keeps
     its previous executed copy, the table says which ran). See the module docstring for modes and
-    resuming; `quick` and `fresh` for live reproductions: megalab.book.live."""
+    resuming; `quick`, `fresh` and `reuse` (measure the shareable runs first, in shared launches:
+    live.warm) for live reproductions: megalab.book.live."""
     if mode not in MODES:
         raise ValueError(f"mode={mode!r}: pick one of {', '.join(MODES)}")
     if quick and mode == "cached":
@@ -350,7 +352,7 @@ def reproduce(
         if not force and is_fresh(src, dst, parameters, base):
             rows.append((nb.as_posix(), "up to date", 0.0))
             continue
-        status = _execute_live(src, dst, nb, parameters, base, quick, fresh)
+        status = _execute_live(src, dst, nb, parameters, base, quick, fresh, reuse)
         rows.append((nb.as_posix(), status, time.perf_counter() - start))
         if status == INTERRUPTED:
             rows += [(n.as_posix(), "not run", 0.0) for n in todo[len(rows) :]]
@@ -364,7 +366,7 @@ def reproduce(
     return 0 if all(not s.startswith("FAILED") for _, s, _ in rows) else 1
 
 
-def _execute_live(src, dst, nb, parameters, base, quick, fresh) -> str:
+def _execute_live(src, dst, nb, parameters, base, quick, fresh, reuse=True) -> str:
     """execute() one notebook, under its live reproduction when it measures (megalab.book.live:
     resumed or new, its estimate printed, how it ended recorded); its status for the table."""
     import contextlib
@@ -384,6 +386,8 @@ def _execute_live(src, dst, nb, parameters, base, quick, fresh) -> str:
                 file=sys.stderr,
             )
         with reproduction.active(run.id) if run else contextlib.nullcontext():
+            if run is not None and reuse:
+                live.warm(run)
             execute(src, dst, parameters, base)
         status = "ok"
     except KeyboardInterrupt:
@@ -601,7 +605,13 @@ def main(argv=None) -> int:
     add_args(p)
     ns = p.parse_args(argv)
     return reproduce(
-        ns.chapters or None, ns.mode, ns.gpus, ns.force, quick=ns.quick, fresh=ns.fresh
+        ns.chapters or None,
+        ns.mode,
+        ns.gpus,
+        ns.force,
+        quick=ns.quick,
+        fresh=ns.fresh,
+        reuse=ns.reuse,
     )
 
 

@@ -332,26 +332,48 @@ def run_many(
     (megalab.jobs.reuse): the interpreter, imports and process group are paid once. Each is still
     its own record, its env saying it ran in a reused process (env.reused_process); comparison
     groups refuse to mix those with fresh runs (records.timings.one_group). Runs tagged for a
-    comparison group (group.*) and the runs of a live reproduction launch fresh, as `run`."""
-    from megalab.jobs.reuse import launch_many
-    from megalab.machine.env import git_commit
+    comparison group (group.*) and the runs of a live reproduction launch fresh, as `run` (a
+    reproduction measures its shareable runs ahead, megalab.book.live.warm)."""
 
     cfgs, store, tags = list(cfgs), as_store(store), list(tags)
     one = lambda cfg: run(cfg, mode, tags, store, timeout_s, progress, quiet=quiet)  # noqa: E731
     fresh = any(t.startswith("group.") for t in tags) or reproduction.current(store) is not None
     if not reuse or fresh or mode == "cached":
         return [one(cfg) for cfg in cfgs]
-    here = _local_hardware()
     for cfg in cfgs:
         cfg.validate()  # an impossible layout is answered as such, before anything runs
-    live = [i for i, cfg in enumerate(cfgs) if select(cfg, mode, store, *here)[0] == "live"]
-    commit = git_commit()
-    outcomes = launch_many([cfgs[i] for i in live], timeout_s=timeout_s)
-    measured = {i: _recorded(cfgs[i], o, store, tags, commit) for i, o in zip(live, outcomes)}
-    for i in live:
-        if not quiet:
-            print(measured[i].describe())
+    live = [i for i, cfg in enumerate(cfgs) if would_launch(cfg, mode, store)]
+    found = measure_many([cfgs[i] for i in live], store, tags, timeout_s, quiet)
+    measured = dict(zip(live, found))
     return [measured[i] if i in measured else one(c) for i, c in enumerate(cfgs)]
+
+
+def would_launch(cfg, mode: str, store: Store | str | None = None) -> bool:
+    """Whether `run(cfg, mode)` would launch `cfg` on this machine now rather than read a record
+    (select's decision; a live reproduction's read-backs aside)."""
+    return select(cfg, mode, as_store(store), *_local_hardware())[0] == "live"
+
+
+def measure_many(
+    cfgs,
+    store: Store | str | None = None,
+    tags: Iterable[str] = (),
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    quiet: bool = False,
+) -> list[Result]:
+    """Launch every configuration here, those that can share a process in one launch per world
+    size (megalab.jobs.reuse.launch_many), and record each, tagged `tags`; one Result each, in
+    order."""
+    from megalab.jobs.reuse import launch_many
+    from megalab.machine.env import git_commit
+
+    cfgs, store, commit = list(cfgs), as_store(store), git_commit()
+    outcomes = launch_many(cfgs, timeout_s=timeout_s)
+    found = [_recorded(c, o, store, list(tags), commit) for c, o in zip(cfgs, outcomes)]
+    if not quiet:
+        for result in found:
+            print(result.describe())
+    return found
 
 
 def frame(
