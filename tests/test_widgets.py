@@ -17,12 +17,27 @@ def test_ranking_marks_the_recorded_layout_with_its_step_time():
     assert list(table["rank"][:5]) == [1, 2, 3, 4, 5]
     assert table["predicted_ms"].is_monotonic_increasing
     recorded = [c for c in found if c.measured]
-    assert recorded and all(c.rank <= 5 or c.rank in set(table["rank"]) for c in recorded)
+    keys = {c.key for c in table["cfg"]}
+    assert recorded and all(c.cfg.key in keys for c in recorded)
     for c in recorded:
-        row = table[table["rank"] == c.rank].iloc[0]
+        row = table[[k == c.cfg.key for k in (x.key for x in table["cfg"])]].iloc[0]
         assert row["measured"] and row["measured_ms"] == pytest.approx(c.measured_s * 1e3)
     assert table.loc[~table["measured"], "measured_ms"].isna().all()
-    assert lines == [found.summary(), search.CALIBRATED] and "held-out median" in lines[0]
+    assert lines[0].startswith("gpt-1.2b on 1 × H200, global batch 8, sequence 1024: ")
+    assert "eager steps" in lines[1] and "median error" in lines[1]
+    assert (
+        lines[2].startswith("Predicted and recorded steps are eager") and widgets.EAGER in lines[2]
+    )
+
+
+def test_selective_recomputation_twins_are_left_out_and_the_rest_ranked_again():
+    cfg = presets.get("gpt-1.2b").replace(gpus=4, gbs=32, seq=1024)
+    table, lines = widgets.ranking(cfg, gpu="H200", top=10)
+    assert list(table["rank"][:10]) == list(range(1, 11))
+    top = table.head(10)
+    same = top.assign(base=[c.replace(recompute="none").key for c in top["cfg"]])
+    assert not same.duplicated(["base", "predicted_ms", "mem_gib"]).any()
+    assert "with selective recomputation left out" in lines[0]
 
 
 def test_ranking_html_bolds_recorded_rows_and_leaves_the_others_blank():
@@ -33,12 +48,12 @@ def test_ranking_html_bolds_recorded_rows_and_leaves_the_others_blank():
     assert (
         f"{first['predicted_ms']:.1f}" in html
         and "Why not first" in html
-        and "held-out median" in html
+        and "median error" in html
     )
-    assert "TP(" not in html and "Predicted step (ms)" in html and "Prediction error" in html
+    assert "TP(" not in html and "Predicted eager step (ms)" in html
+    assert "Prediction error" not in html  # eager records of no comparison group: no calibration
     recorded = table[table["measured"] & table["measured_ms"].notna()].iloc[0]
-    err = (recorded["predicted_ms"] - recorded["measured_ms"]) / recorded["measured_ms"]
-    assert f"{err:+.0%}" in html
+    assert f"{recorded['measured_ms']:.1f}" in html
 
 
 def test_the_roofline_ranks_and_says_so_without_enough_records(tmp_path):
@@ -46,7 +61,7 @@ def test_the_roofline_ranks_and_says_so_without_enough_records(tmp_path):
     assert calibration.for_search("H200", Store(tmp_path)) is None
     table, lines = widgets.ranking(GPT12_1GPU, gpu="H200", top=3, store=Store(tmp_path))
     assert len(table) == 3 and not table["measured"].any()
-    assert lines[1] == search.CAVEAT
+    assert lines[-1] == search.CAVEAT
 
 
 def test_a_model_that_fits_nowhere_says_so():
@@ -56,10 +71,10 @@ def test_a_model_that_fits_nowhere_says_so():
 
 def test_the_planner_shows_the_ranking_live_and_static():
     p = widgets.planner("gpt-1.2b", gpu="H200", gpus=1, mbs=8, gbs=8, seq=1024)
-    assert "Recorded step (ms)" in p._rank.value and "font-weight:bold" in p._rank.value
+    assert "Recorded eager step (ms)" in p._rank.value and "font-weight:bold" in p._rank.value
     assert p._rank.value in p._repr_mimebundle_()["text/html"]
     before = p._ranked
     p._c["recompute"].value = "full"  # a layout change does not search again
     assert p._ranked is before
     p._c["gpus"].value = 2  # a GPU count does
-    assert "on 2x H200" in p._rank.value
+    assert "on 2 × H200" in p._rank.value

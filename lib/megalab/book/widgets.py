@@ -33,21 +33,26 @@ _LAYOUT = tuple(a for a in SIZES if a != "etp")  # the planner's drop-downs (run
 def ranking(cfg, gpu: str = "H200", top: int = 10, store=None) -> tuple:
     """(table, lines): `search.search` of cfg's model on cfg.gpus GPUs of model `gpu` at cfg.gbs and
     cfg.seq. The table is the `top` predicted fastest, then up to `top` further down that hold a
-    reference record; columns rank, layout, mbs, recompute, dist_opt, predicted_ms, mem_gib, mfu,
-    measured_ms (the recorded step; NaN where there is no record, or it holds no step time), why.
-    `lines`: the search's summary (which step-time model ranked, its held-out error) and its
-    caveat."""
+    reference record; columns rank, layout, cfg, mbs, recompute, dist_opt, predicted_ms, mem_gib,
+    mfu, measured_ms (the recorded step; NaN where there is no record, or it holds no step time),
+    measured, why. A layout with selective recomputation predicted at the same step and memory as
+    the same layout without it is left out (`twins`), and the rest ranked again. `lines`: what was
+    searched, which step-time model ranked (and its error on records it was not fitted on) and
+    what its predictions are worth."""
     from megalab.predict import calibration, search
 
-    found = search.search(
-        cfg, cfg.gpus, gpu=gpu, top=None, store=store, model=calibration.for_search(gpu, store)
-    )
+    model = calibration.for_search(gpu, store)
+    found = search.search(cfg, cfg.gpus, gpu=gpu, top=None, store=store, model=model)
     df = found.frame()
     if df.empty:
         return df, [found.summary(), found.table().splitlines()[-1]]
     from megalab.book.frame import describe
 
     df["layout"] = [describe(c.cfg) for c in found.candidates]  # in words, as the chapters say it
+    df["cfg"] = [c.cfg for c in found.candidates]
+    dropped = twins(df)
+    host = (df["host_s"] / df["step_s"]).tolist() if "host_s" in df else []
+    df = df[~dropped].assign(rank=lambda d: range(1, len(d) + 1))
     df = df[(df["rank"] <= top) | df["measured"]].head(2 * top)
     df = df.assign(
         predicted_ms=df["step_s"] * 1e3, measured_ms=df["measured_s"].astype(float) * 1e3
@@ -55,6 +60,7 @@ def ranking(cfg, gpu: str = "H200", top: int = 10, store=None) -> tuple:
     cols = [
         "rank",
         "layout",
+        "cfg",
         "mbs",
         "recompute",
         "dist_opt",
@@ -65,7 +71,84 @@ def ranking(cfg, gpu: str = "H200", top: int = 10, store=None) -> tuple:
         "measured",
         "why",
     ]
-    return df[cols].reset_index(drop=True), [found.summary(), found.caveat]
+    return df[cols].reset_index(drop=True), lines(found, model, int(dropped.sum()), host)
+
+
+def twins(df):
+    """Which rows of a search frame (with a `cfg` column, fastest first) repeat an earlier row
+    with selective recomputation: the same layout without it, at the same predicted step and memory.
+    With fused (flash) attention the scores selective recomputation drops are never stored, and
+    where the host sets the pace its extra attention forward hides under the host's time. A
+    recorded row is kept."""
+    import pandas as pd
+
+    seen, out = set(), []
+    for _, r in df.iterrows():
+        key = (r["cfg"].replace(recompute="none").key, round(r["step_s"], 6), round(r["mem_gib"], 3))
+        out.append(r["recompute"] == "selective" and key in seen and not r["measured"])
+        seen.add(key)
+    return pd.Series(out, index=df.index, dtype=bool)
+
+
+def lines(found, model, twins: int = 0, host: list | None = None) -> list[str]:
+    """The sentences above a ranking: what was searched and what fell out, which model ranked it,
+    and what its predictions are worth; `host`: each ranked layout's share of its predicted step
+    spent waiting on the host, fastest first."""
+    from megalab.predict import search
+    from megalab.theory.flops import spec
+
+    head = (
+        f"{found.model} on {found.gpus} × {found.gpu}, global batch {found.gbs}, sequence "
+        f"{found.seq}: {found.enumerated} layouts, {found.invalid} refused by Megatron's rules, "
+        f"{found.too_big} predicted not to fit, {found.ranked} ranked"
+    )
+    if twins:
+        head += (
+            f"; {twins} with selective recomputation left out, each predicted at the step and "
+            "memory of its layout without it: fused attention never stores the scores it frees, "
+            "and its extra attention forward hides under the host's time."
+        )
+    else:
+        head += "."
+    if found.memory_cap is not None:
+        head += (
+            f" Nothing predicted at or above {found.memory_cap:.1f} GiB ranks: a recorded run of "
+            f"this model that the memory model predicted at {found.memory_cap:.1f} GiB ran out of "
+            f"memory on the {spec(found.gpu).mem_gib:g} GiB card, so the model misses part of "
+            "what such a run holds."
+        )
+    if model is None:
+        return [head, found.rates, search.CAVEAT]
+    held = model.records[model.records["set"] == "held out"]["err_after"].abs()
+    fit = int((model.records["set"] == "fit").sum())
+    said = (
+        f"on the {len(held)} it was not fitted on, median error {held.median():.0%}, worst "
+        f"{held.max():.0%}"
+        if len(held)
+        else "none held out"
+    )
+    rates = "the matmul, HBM and NCCL rates measured in chapter 0"
+    if not model.rates.source.startswith("benched"):
+        rates = f"the {found.gpu} datasheet's rates"
+    waits = (
+        f"the GPU waits on the host for {host[0]:.0%} of the first layout's step and up to "
+        f"{max(host):.0%} of another's, "
+        if host
+        else ""
+    )
+    return [
+        head,
+        f"Ranked by chapter 7's step-time model of eager steps (no CUDA graphs), fitted on {fit} "
+        f"{found.gpu} records at {rates} ({said}).",
+        f"Predicted and recorded steps are eager: {waits}{EAGER}",
+    ]
+
+
+# said above every calibrated ranking: what its step times are worth
+EAGER = (
+    "so the gaps between layouts follow kernel launch counts as much as GPU work. Time the top "
+    "few with CUDA graphs, in one comparison group, before choosing."
+)
 
 
 def ranking_html(table, lines: list[str]) -> str:
@@ -79,16 +162,14 @@ def ranking_html(table, lines: list[str]) -> str:
         "Rank",
         "Layout",
         "Micro-batch",
-        "Predicted step (ms)",
+        "Predicted eager step (ms)",
         "Memory per GPU (GiB)",
         "MFU (%)",
-        "Recorded step (ms)",
-        "Prediction error",
+        "Recorded eager step (ms)",
         "Why not first",
     ]
-    # the layout in words names its recomputation and distributed optimizer; the last column holds
-    # sentences: it keeps a readable width, the others wrap their headers
-    wide = {len(names) - 1: "min-width:18em", 1: "min-width:9em"}
+    # the layout and the last column hold words: they keep a readable width and wrap
+    wide = {len(names) - 1: "min-width:8em", 1: "min-width:9em"}
     td = lambda xs, tag="td": "".join(
         f"<{tag} style='padding:1px 6px;vertical-align:top;{wide.get(i, '')}'>"
         f"{html.escape(x)}</{tag}>"
@@ -112,7 +193,6 @@ def ranking_html(table, lines: list[str]) -> str:
             f"{r['mem_gib']:.1f}",
             f"{100 * r['mfu']:.0f}",
             _measured(r),
-            _error(r),
             r["why"] or "–",
         ]
         rows.append(
@@ -129,11 +209,9 @@ def _measured(r) -> str:
     return "recorded" if r["measured_ms"] != r["measured_ms"] else f"{r['measured_ms']:.1f}"
 
 
-def _error(r) -> str:
-    """A recorded row's prediction error, (predicted − recorded) / recorded, in percent."""
-    if not r["measured"] or r["measured_ms"] != r["measured_ms"]:
-        return ""
-    return f"{(r['predicted_ms'] - r['measured_ms']) / r['measured_ms']:+.0%}"
+def best(cfg, gpu: str = "H200", store=None):
+    """The RunConfig `ranking` puts first for cfg's model, GPU count, gbs and seq."""
+    return ranking(cfg, gpu, top=1, store=store)[0]["cfg"].iloc[0]
 
 
 def figures(cfg, gpu: str = "H200") -> tuple:
@@ -152,17 +230,18 @@ def figures(cfg, gpu: str = "H200") -> tuple:
     )
     est = plan["step_time_estimate"]
     step = charts.step_time_breakdown(
-        {describe(cfg): est}, title="Roofline step time: a lower bound"
+        {describe(cfg): est}, title="Roofline step time: a lower bound, no host term"
     )
     total = est["total_s"] or float("nan")
     line = (
         f"{describe(cfg)}: {plan['memory_gib']['total']:.1f} GiB of {spec.mem_gib:g} per GPU; "
         f"roofline step ≥ {total * 1e3:.1f} ms (compute {est['compute_s'] / total:.0%}, "
-        f"bubble {est['bubble_s'] / total:.0%}, communication {est['comm_s'] / total:.0%}), "
-        f"so MFU ≤ {est.get('mfu', float('nan')):.0%}: a bound; the calibrated estimate "
-        "above is what to expect"
+        f"pipeline bubble {est['bubble_s'] / total:.0%}, communication "
+        f"{est['comm_s'] / total:.0%}), so MFU ≤ {est.get('mfu', float('nan')):.0%}. A bound: "
+        "it has no host term, the time an eager step's GPU waits for kernel launches, which the "
+        "calibrated estimate adds."
     )
-    return mem.update_layout(height=380), step.update_layout(height=260), line
+    return mem.update_layout(height=240), step.update_layout(height=240), line
 
 
 class Planner(w.VBox):
@@ -226,7 +305,7 @@ class Planner(w.VBox):
         ]
         ranked = w.HTML(
             "<b>Every layout of this model on these GPUs at this gbs and seq, fastest predicted "
-            "first</b> (bold: recorded on the reference machine)"
+            "eager step first</b> (bold: recorded on the reference machine)"
         )
         super().__init__(
             rows
@@ -305,8 +384,9 @@ class Planner(w.VBox):
         html = "".join(pio.to_html(f, include_plotlyjs=False, full_html=False) for f in (mem, step))
         bundle["text/html"] = (
             f"<p><b>Static planner</b> (open the notebook for the live one). {line}</p>{html}"
-            f"<p><b>Every layout of {self.cfg.name} on {self.cfg.gpus} GPUs at gbs {self.cfg.gbs}, "
-            f"seq {self.cfg.seq}, fastest predicted first</b> (bold: recorded)</p>"
+            f"<p><b>Every layout of {self.cfg.name} on {self.cfg.gpus} GPUs at global batch "
+            f"{self.cfg.gbs}, sequence {self.cfg.seq}, fastest predicted eager step first</b> "
+            "(bold: recorded)</p>"
             f"{self.ranking_html()}"
         )
         return bundle
