@@ -241,7 +241,7 @@ def figures(cfg, gpu: str = "H200") -> tuple:
         "it has no host term, the time an eager step's GPU waits for kernel launches, which the "
         "calibrated estimate adds."
     )
-    return mem.update_layout(height=240), step.update_layout(height=240), line
+    return mem.update_layout(height=260), step.update_layout(height=260), line
 
 
 class Planner(w.VBox):

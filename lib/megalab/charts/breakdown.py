@@ -9,6 +9,8 @@ from megalab.charts._style import PALETTE, _figure
 
 PARTS = ("weights", "grads", "optimizer", "activations")  # memory_gib keys of theory.plan
 WORDS = {"grads": "gradients", "optimizer": "optimizer state"}  # legend names in words
+# above the bars (below them it meets the axis title), in the order the bars stack
+LEGEND = dict(orientation="h", x=0, y=1.0, yanchor="bottom", traceorder="normal")
 STEP_PARTS = {"compute_s": "compute", "bubble_s": "pipeline bubble", "comm_s": "communication"}
 
 
@@ -22,7 +24,12 @@ def memory_breakdown(
     activations) above the measured peak(s), e.g. measured={"allocated": 21.3, "reserved": 23.0};
     each bar ends in its total in GiB, and a line marks the card's capacity."""
     fig = _figure(
-        title, barmode="stack", xaxis_title="GiB per GPU", yaxis_title="", yaxis_automargin=True
+        title,
+        barmode="stack",
+        xaxis_title="GiB per GPU",
+        yaxis_title="",
+        yaxis_automargin=True,
+        legend=LEGEND,
     )
     total = sum(pred.get(part, 0.0) for part in PARTS)
     for i, part in enumerate(PARTS):
@@ -67,6 +74,7 @@ def step_time_breakdown(parts_by_label: dict[str, dict], title: str = "Step time
         xaxis_title="ms per step",
         yaxis_title="",
         yaxis_automargin=True,
+        legend=LEGEND,
     )
     labels = list(parts_by_label)
     for i, (part, words) in enumerate(STEP_PARTS.items()):
