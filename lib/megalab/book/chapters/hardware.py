@@ -59,9 +59,10 @@ def hosts_table(hosts: dict):
 
 def environments(prov):
     """records.provenance's rows merged over commits: one row per GPU and software environment,
-    with records (how many), gpus (the GPU counts its runs saw, "1, 2, 4", headed "GPUs seen") and the first and last
-    day (YYYY-MM-DD), oldest first; columns headed in words (ENVIRONMENT). A column with one value
-    in every row is dropped and said in attrs["same"] ("Driver 580.159.04, CUDA 13.0")."""
+    with records (how many), gpus (the GPU counts its runs saw, "1, 2, 4", headed "GPUs seen") and
+    the first and last day (YYYY-MM-DD), oldest first; columns headed in words (ENVIRONMENT). A
+    column with one value in every row is dropped and said in attrs["same"] ("Driver 580.159.04,
+    CUDA 13.0")."""
     import pandas as pd
 
     cols = list(ENVIRONMENT)
