@@ -177,7 +177,11 @@ def test_host_cost_is_the_step_graphs_remove_per_layer_and_micro_batch():
     assert cost["busy"] == 0.97 and cost["busy_cfg"].cuda_graphs == "te"
     assert not cost["eager_busy_measured"]
     fig = ch00.host_figure(cost)
-    assert [t.x[0] for t in fig.data[:2]] == ["eager", "CUDA graphs"]
+    bars = [t for t in fig.data if t.type == "bar"]
+    assert [t.x[0] for t in bars] == ["eager", "CUDA graphs"]
+    # whiskers from the fastest run's median to the slowest's, around the pooled median
+    assert (bars[0].error_y.array[0], bars[0].error_y.arrayminus[0]) == (30.0, 30.0)
+    assert (bars[1].error_y.array[0], bars[1].error_y.arrayminus[0]) == (1.0, 1.0)
     assert "_tp" not in (fig.layout.title.text or "")
     with pytest.raises(KeyError, match="no eager and graphed"):
         ch00.host_cost(_group(), tp=4)

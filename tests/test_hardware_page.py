@@ -50,7 +50,7 @@ def _prov():
 def test_environments_merge_commits_and_say_the_constant_columns_once():
     env = hw.environments(_prov())
     assert list(env["GPU"]) == ["H100 80GB HBM3", "H200"]  # oldest first, no vendor prefix
-    assert list(env["Records"]) == [2, 7] and list(env["GPUs per run"]) == ["1", "2, 4"]
+    assert list(env["Records"]) == [2, 7] and list(env["GPUs seen"]) == ["1", "2, 4"]
     assert (
         list(env["First"]) == ["2026-11-20", "2026-11-21"] and env["Last"].iloc[1] == "2026-11-23"
     )
@@ -92,3 +92,15 @@ def test_hosts_table_puts_each_probed_host_in_a_column(tmp_path):
     assert list(hosts) == ["2 × H200 host"] and hosts["2 × H200 host"]["links"] == ["NV18"]
     html = hw.hosts_table(hosts).to_html()
     assert "2 × NVIDIA H200" in html and "6.3 µs" in html and "32" in html
+
+
+def test_the_constant_columns_line_is_wrapped_for_a_narrow_page():
+    import pandas as pd
+
+    from megalab.book.chapters import hardware as hw
+
+    env = pd.DataFrame({"x": [1]})
+    env.attrs["same"] = ", ".join(f"Part {i} version 1.{i}.0" for i in range(12))
+    text = hw.same_text(env, "Every run", width=60)
+    assert text.startswith("Every run: Part 0") and text.endswith("1.11.0.")
+    assert max(len(line) for line in text.splitlines()) <= 60 and "\n" in text

@@ -325,3 +325,14 @@ def test_a_page_gets_only_the_parameters_it_declares_and_evidence_reads_records(
     nb.cells = nb.cells[1:]
     nbformat.write(nb, page)
     assert reproduce.injected(page, asked) == {}
+
+
+def test_a_page_is_named_by_folder_number_or_ch_number_chapter_0_too():
+    from pathlib import Path
+
+    page = Path("book/00_know_your_machine/know_your_machine.ipynb")
+    assert all(reproduce._matches(page, n) for n in ("00", "ch00", "00_know_your_machine"))
+    assert reproduce._matches(Path("book/01_data_parallel/data_parallel.ipynb"), "ch01")
+    assert not reproduce._matches(page, "ch01")
+    names = reproduce.page_names()
+    assert len(names) == len(set(names)) and "performance_evidence" in names

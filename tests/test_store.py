@@ -577,3 +577,22 @@ def test_a_live_run_that_the_store_refuses_keeps_its_record_in_its_run_folder(
         results._live(CFG, store, [], 60, False)
     kept = Store(tmp_path / "other")
     assert kept.import_records(tmp_path / "record.jsonl") == 1 and kept.load()[0]["key"] == CFG.key
+
+
+def test_provenance_says_a_multi_gpu_link_of_none_was_not_read():
+    """A 2-GPU fingerprint saying "none" was made before env read NV# links: it reads "not read";
+    one GPU and no link is simply "none"; a link read stays as recorded."""
+    from megalab.records.schema import LINK_NOT_READ, provenance
+
+    def rec(link, gpus, at):
+        env = {"gpu_name": "H200", "interconnect": link, "gpu_count": gpus}
+        return {"env": env, "git_commit": "a" * 40, "recorded_at": at}
+
+    df = provenance(
+        [
+            rec("none", 2, "2026-11-26T00:00:00Z"),
+            rec("none", 1, "2026-11-27T00:00:00Z"),
+            rec("NVLink (NV18)", 2, "2026-11-28T00:00:00Z"),
+        ]
+    )
+    assert list(df["interconnect"]) == [LINK_NOT_READ, "none", "NVLink (NV18)"]

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -113,7 +114,7 @@ def _page_name(path: Path) -> str:
 def page_names(root=None) -> list[str]:
     """The names `reproduce` takes, in the book's order ([] outside a checkout of the book)."""
     try:
-        return [_page_name(p) for p in notebooks(root=root)]
+        return list(dict.fromkeys(_page_name(p) for p in notebooks(root=root)))
     except (OSError, ValueError):
         return []
 
@@ -129,7 +130,8 @@ def _matches(path: Path, name: str) -> bool:
         # "ch01" -> "01", matched against the folder's number below
         name = chapters.resolve(name)[2:]
     except chapters.UnknownChapter:
-        pass
+        if re.fullmatch(r"ch\d\d", name):  # a page with no runs module, as chapter 0
+            name = name[2:]
     return (
         path.as_posix() == name
         or path.with_suffix("").as_posix() == name

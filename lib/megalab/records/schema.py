@@ -675,14 +675,27 @@ def _short_commit(commit: str | None) -> str:
     return commit.split("+")[0][:12] + ("+dirty" if commit.endswith("+dirty") else "")
 
 
+# a fingerprint of several GPUs that says "none": made before megalab.machine.env read the NV# links
+# of `nvidia-smi topo -m` (the 2-GPU hosts' records said "none" where the topology showed NV18)
+LINK_NOT_READ = "not read"
+
+
+def _link(env: dict):
+    """A record's interconnect as provenance shows it: LINK_NOT_READ for "none" over 2+ GPUs."""
+    link = env.get("interconnect")
+    return LINK_NOT_READ if link == "none" and (env.get("gpu_count") or 0) >= 2 else link
+
+
 def provenance(records: Iterable[dict]):
     """Where records come from: one row per distinct environment fingerprint and git commit, with
-    the number of records, GPU counts seen and the first and last recording time (UTC)."""
+    the number of records, GPU counts seen and the first and last recording time (UTC). A
+    multi-GPU fingerprint without a link reads LINK_NOT_READ (_link)."""
     import pandas as pd
 
     rows = [
         {
             **{f: (r.get("env") or {}).get(f) for f in PROVENANCE},
+            "interconnect": _link(r.get("env") or {}),
             "gpus": (r.get("env") or {}).get("gpu_count"),
             "git_commit": _short_commit(r.get("git_commit")),
             "recorded_at": r.get("recorded_at"),

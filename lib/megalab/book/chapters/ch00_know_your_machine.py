@@ -172,9 +172,17 @@ def host_table(probe: dict, mine: dict | None = None):
     )
 
 
+def _cpu_words(h: dict) -> str:
+    """The CPU model as the host reports it; a VM that hides the model number says so."""
+    model = h["cpu_model"]
+    if h.get("vm") and not any(ch.isdigit() for ch in model):
+        return f"{model} (model number hidden by the VM)"
+    return model
+
+
 def _host_words(h: dict) -> dict:
     return {
-        "CPU": h["cpu_model"],
+        "CPU": _cpu_words(h),
         "CPU cores (logical)": str(h["cpu_count"]),
         "virtual machine or bare metal": "virtual machine" if h["vm"] else "bare metal",
         "GPUs": f"{h['gpu_count']} × {h['gpu']}",
@@ -214,6 +222,7 @@ def host_cost(group, name: str = "gpt-1.2b", tp: int = 2) -> dict:
         "graphs_lo": graphs["lo_ms"],
         "graphs_hi": graphs["hi_ms"],
         "eager_runs": list(eager["run_ms"]),
+        "graphs_runs": list(graphs["run_ms"]),
         "layers": cfg.layers,
         "micro_batches": micro,
         "host_ms_per_layer": (eager["median_ms"] - graphs["median_ms"]) / (cfg.layers * micro),
@@ -224,13 +233,14 @@ def host_cost(group, name: str = "gpt-1.2b", tp: int = 2) -> dict:
 
 
 def host_figure(cost: dict, title: str = "gpt-1.2b, TP 2, one step: eager against CUDA graphs"):
-    """Two bars, the eager and the graphed step (ms) with their 95% intervals, the eager runs as
-    dots."""
+    """Two bars, the eager and the graphed step (ms, the median of every timed step), each run's
+    median as a dot and the whiskers from the fastest run's median to the slowest's: a host-bound
+    step wanders more from run to run than within one."""
     from megalab.charts._style import PALETTE, _figure
 
     fig = _figure(title, yaxis_title="ms per step", legend=dict(orientation="h", y=-0.15))
     for i, (x, k) in enumerate((("eager", "eager"), ("CUDA graphs", "graphs"))):
-        med = cost[f"{k}_ms"]
+        med, runs = cost[f"{k}_ms"], cost[f"{k}_runs"]
         fig.add_bar(
             x=[x],
             y=[med],
@@ -240,23 +250,24 @@ def host_figure(cost: dict, title: str = "gpt-1.2b, TP 2, one step: eager agains
             error_y=dict(
                 type="data",
                 symmetric=False,
-                array=[cost[f"{k}_hi"] - med],
-                arrayminus=[med - cost[f"{k}_lo"]],
+                array=[max(max(runs) - med, 0.0)],
+                arrayminus=[max(med - min(runs), 0.0)],
             ),
         )
-    fig.add_scatter(
-        x=["eager"] * len(cost["eager_runs"]),
-        y=cost["eager_runs"],
-        mode="markers",
-        marker=dict(color="black", size=8),
-        name="median of each eager run",
-    )
-    fig.add_scatter(  # a legend entry for the error bars
+        fig.add_scatter(
+            x=[x] * len(runs),
+            y=runs,
+            mode="markers",
+            marker=dict(color="black", size=8),
+            name="median of each run",
+            showlegend=i == 0,
+        )
+    fig.add_scatter(  # a legend entry for the whiskers
         x=[None],
         y=[None],
         mode="markers",
         marker=dict(symbol="line-ns-open", color="#444", size=14, line=dict(width=2)),
-        name="error bar: 95% interval of the median step",
+        name="whiskers: fastest to slowest run",
     )
     return fig.update_layout(height=420)
 
@@ -273,9 +284,10 @@ def recordings_table(records, probes: dict[str, dict]):
     for _, r in prov.iterrows():
         gpus = r["gpus"][0] if len(r["gpus"]) == 1 else None
         links = r["interconnect"]
-        if links in (None, "none") and gpus in probes and "NVIDIA H200" in r["gpu_name"]:
+        unread = links in (None, "none", schema.LINK_NOT_READ)
+        if unread and gpus in probes and "NVIDIA H200" in r["gpu_name"]:
             links = f"NVLink ({', '.join(probes[gpus]['links'])}), from the host probe"
-        elif links in (None, "none"):
+        elif unread:
             links = "not recorded"
         rows.append({
             "GPU": r["gpu_name"].removeprefix("NVIDIA "),

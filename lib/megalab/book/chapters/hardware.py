@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-__all__ = ["PROBES", "probes", "hosts_table", "environments", "reason", "set_aside"]
+__all__ = ["PROBES", "probes", "hosts_table", "environments", "same_text", "reason", "set_aside"]
 
 # the host probes of the results store: column name -> file under the store's root
 PROBES = {
@@ -59,9 +59,10 @@ def hosts_table(hosts: dict):
 
 def environments(prov):
     """records.provenance's rows merged over commits: one row per GPU and software environment,
-    with records (how many), gpus (the GPU counts its runs saw, "1, 2, 4") and the first and last
-    day (YYYY-MM-DD), oldest first; columns headed in words (ENVIRONMENT). A column with one value
-    in every row is dropped and said in attrs["same"] ("Driver 580.159.04, CUDA 13.0")."""
+    with records (how many), gpus (the GPU counts its runs saw, "1, 2, 4", headed "GPUs seen") and
+    the first and last day (YYYY-MM-DD), oldest first; columns headed in words (ENVIRONMENT). A
+    column with one value in every row is dropped and said in attrs["same"] ("Driver 580.159.04,
+    CUDA 13.0")."""
     import pandas as pd
 
     cols = list(ENVIRONMENT)
@@ -83,8 +84,16 @@ def environments(prov):
     out.attrs["same"] = ", ".join(f"{ENVIRONMENT[c]} {out[c].iloc[0]}" for c in same)
     return out.drop(columns=same).rename(
         columns=ENVIRONMENT
-        | {"records": "Records", "gpus": "GPUs per run", "first": "First", "last": "Last"}
+        | {"records": "Records", "gpus": "GPUs seen", "first": "First", "last": "Last"}
     )
+
+
+def same_text(env, what: str, width: int = 88) -> str:
+    """"Every run: Driver 580.159.04, CUDA 13.0, ...": what environments() found the same in every
+    row, wrapped at `width` columns (an output line is not cut at a narrow page)."""
+    import textwrap
+
+    return textwrap.fill(f"{what}: {env.attrs['same']}.", width)
 
 
 def reason(note: str) -> str:
