@@ -8,7 +8,8 @@ the card's capacity; the step-time estimate split into compute, pipeline bubble 
 Below them, `ranking`: every layout of the model on that many GPUs at that global batch and
 sequence, fastest predicted first (`search.search`, with the step-time model
 `calibration.for_search` gives), the recorded step time beside each layout the reference machine has
-run, and why each is not first. An invalid layout shows `RunConfig.problems()`, one line each. "Run"
+run, and why each is not first; its steps are eager (no CUDA graphs), and it says so. An invalid
+layout shows `RunConfig.problems()`, one line each. "Run"
 measures the layout on this machine's GPUs (`megalab.run(cfg, mode="live")`) when it has enough,
 else shows the recorded reference (`mode="cached"`), or the command that records it.
 
