@@ -355,3 +355,10 @@ def test_no_reuse_turns_the_shared_launches_off(book, monkeypatch):
     assert warmed == [] and launches == list(SEQS)
     assert reproduce.reproduce(["00"], mode="live", force=True, root=root, fresh=True) == 0
     assert len(warmed) == 1
+
+
+def test_a_run_nothing_answers_is_not_measured_ahead(tmp_path, monkeypatch):
+    """On a machine without the GPUs, a configuration with no record is left to the notebook
+    (which says NotRecorded), not a crash of the warm-up."""
+    monkeypatch.setattr(results, "_local_hardware", lambda: (None, 0, False))
+    assert not results.would_launch(CFG, "auto", Store(tmp_path))

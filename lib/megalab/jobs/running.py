@@ -350,8 +350,12 @@ def run_many(
 
 def would_launch(cfg, mode: str, store: Store | str | None = None) -> bool:
     """Whether `run(cfg, mode)` would launch `cfg` on this machine now rather than read a record
-    (select's decision; a live reproduction's read-backs aside)."""
-    return select(cfg, mode, as_store(store), *_local_hardware())[0] == "live"
+    (select's decision; a live reproduction's read-backs aside). False where nothing answers it
+    (NotRecorded: `run` itself says so, loudly, when asked)."""
+    try:
+        return select(cfg, mode, as_store(store), *_local_hardware())[0] == "live"
+    except NotRecorded:
+        return False
 
 
 def measure_many(
