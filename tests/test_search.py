@@ -115,7 +115,10 @@ def test_why_names_the_term_that_loses(store):
     assert why[(6, "none")] == ""
     # in all: net of its fewer sends
     assert re.fullmatch(r"bubble \+\d+ ms(, \+\d+ ms in all)?", why[(1, "none")])
-    assert re.fullmatch(r"recompute \+3\d% FLOPs \(\+\d+ ms\)", why[(6, "full")])
+    # the step it loses by, where other terms add to the largest
+    assert re.fullmatch(
+        r"recompute \+3\d% FLOPs \(\+\d+ ms\)(, \+\d+ ms in all)?", why[(6, "full")]
+    )
     mbs = search.search(
         GPT8, 2, gbs=32, seq=2048, tp=1, pp=1, cp=1, recompute="full", dist_opt=True, store=store
     )

@@ -356,10 +356,11 @@ def _why(c: dict, best: dict) -> str:
         terms[_OTHER.get(name, name)] = s - best.get("other_s", {}).get(name, 0.0)
     name, worst = max(terms.items(), key=lambda kv: kv[1])
     net = c["step_s"] - best["step_s"]
-    # a term it loses on, and a step it loses by (gains elsewhere may cancel)
+    # a term it loses on, and the step it loses by whenever that differs (other terms add to it or
+    # cancel part of it)
     if worst > 1e-9 and net >= 0.0005:
         phrase = f"{name} ({ms(worst)})" if name.startswith("recompute") else f"{name} {ms(worst)}"
-        return phrase if net >= worst - 0.0005 else f"{phrase}, {ms(net)} in all"
+        return phrase if ms(net) == ms(worst) else f"{phrase}, {ms(net)} in all"
     more = c["mem_gib"] - best["mem_gib"]
     return f"same time, needs {more:.1f} GiB more" if more > 0.05 else "ties with #1"
 
