@@ -78,3 +78,17 @@ def test_the_planner_shows_the_ranking_live_and_static():
     assert p._ranked is before
     p._c["gpus"].value = 2  # a GPU count does
     assert "on 2 × H200" in p._rank.value
+
+
+def test_rank_of_finds_the_layout_and_says_why_it_is_not_first():
+    """The planner's starting layout (gpt-1.2b, TP 2 × PP 2, micro-batch 4, 4 GPUs, gbs 32) is
+    ranked, behind the first, with the reason the ranking table gives it; the first is rank 1."""
+    from megalab import presets
+
+    cfg = presets.get("gpt-1.2b").replace(gpus=4, tp=2, pp=2, mbs=4, gbs=32)
+    where = widgets.rank_of(cfg)
+    assert 1 < where["rank"] <= where["of"] and where["why"].endswith("in all")
+    first = widgets.best(cfg)
+    assert widgets.rank_of(first)["rank"] == 1
+    with pytest.raises(LookupError, match="not among"):
+        widgets.rank_of(cfg.replace(mbs=3))

@@ -210,6 +210,24 @@ def _measured(r) -> str:
     return "recorded" if r["measured_ms"] != r["measured_ms"] else f"{r['measured_ms']:.1f}"
 
 
+def rank_of(cfg, gpu: str = "H200", store=None) -> dict:
+    """Where cfg's layout (in words, micro-batch and recomputation alike) stands in `ranking`:
+    rank, of (how many layouts were ranked) and why (why it is not first). LookupError when the
+    search did not rank it (an impossible layout)."""
+    from megalab.book.frame import describe
+
+    table, _ = ranking(cfg, gpu, top=10**6, store=store)
+    same = table[
+        (table["layout"] == describe(cfg))
+        & (table["mbs"] == cfg.mbs)
+        & (table["recompute"] == cfg.recompute)
+    ]
+    if same.empty:
+        raise LookupError(f"{describe(cfg)} at micro-batch {cfg.mbs}: not among the ranked layouts")
+    row = same.iloc[0]
+    return {"rank": int(row["rank"]), "of": int(table["rank"].max()), "why": row["why"]}
+
+
 def best(cfg, gpu: str = "H200", store=None):
     """The RunConfig `ranking` puts first for cfg's model, GPU count, gbs and seq."""
     return ranking(cfg, gpu, top=1, store=store)[0]["cfg"].iloc[0]
@@ -410,7 +428,7 @@ def planner(preset: str = "gpt-1.2b", gpu: str = "H200", **layout) -> Planner:
 TERMS = {
     "compute_s": "compute",
     "host_s": "GPU waiting on the host",
-    "comm_s": "communication",
+    "comm_s": "communication (bytes, and a fixed cost per collective)",
     "bubble_s": "pipeline bubble",
     "optimizer_s": "optimizer",
     "total_s": "step",
