@@ -79,6 +79,8 @@ def environments(prov):
             }
         )
     out = pd.DataFrame(rows).sort_values("first", kind="stable").reset_index(drop=True)
+    alone = (out["interconnect"] == "none") & (out["gpus"] == "1")
+    out.loc[alone, "interconnect"] = "none (one GPU)"
     out["gpu_name"] = out["gpu_name"].str.replace("NVIDIA ", "", regex=False)
     same = [c for c in cols if out[c].nunique() == 1]
     out.attrs["same"] = ", ".join(f"{ENVIRONMENT[c]} {out[c].iloc[0]}" for c in same)
