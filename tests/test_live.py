@@ -361,4 +361,4 @@ def test_a_run_nothing_answers_is_not_measured_ahead(tmp_path, monkeypatch):
     """On a machine without the GPUs, a configuration with no record is left to the notebook
     (which says NotRecorded), not a crash of the warm-up."""
     monkeypatch.setattr(results, "_local_hardware", lambda: (None, 0, False))
-    assert not results.would_launch(CFG, "auto", Store(tmp_path))
+    assert results.would_launch([CFG], "auto", Store(tmp_path)) == [False]

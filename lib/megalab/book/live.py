@@ -286,15 +286,12 @@ def ahead(run: Live) -> list:
     done = {r.get("key") for r in run.store.load("run", tag=reproductions.tag(run.id))}
     cfgs = {c.key: c for c in items(found) if isinstance(c, RunConfig)}
     mode = "live" if run.quick else run.mode  # a quick one re-measures its defining points
-    return [
+    fit = [
         c
         for k, c in cfgs.items()
-        if k not in grouped
-        and k not in done
-        and c.gpus <= run.gpus
-        and reusable(c)
-        and would_launch(c, mode, run.store)
+        if k not in grouped and k not in done and c.gpus <= run.gpus and reusable(c)
     ]
+    return [c for c, here in zip(fit, would_launch(fit, mode, run.store)) if here]
 
 
 def warm(run: Live, timeout_s: float | None = None) -> list:

@@ -342,20 +342,26 @@ def run_many(
         return [one(cfg) for cfg in cfgs]
     for cfg in cfgs:
         cfg.validate()  # an impossible layout is answered as such, before anything runs
-    live = [i for i, cfg in enumerate(cfgs) if would_launch(cfg, mode, store)]
+    live = [i for i, here in enumerate(would_launch(cfgs, mode, store)) if here]
     found = measure_many([cfgs[i] for i in live], store, tags, timeout_s, quiet)
     measured = dict(zip(live, found))
     return [measured[i] if i in measured else one(c) for i, c in enumerate(cfgs)]
 
 
-def would_launch(cfg, mode: str, store: Store | str | None = None) -> bool:
-    """Whether `run(cfg, mode)` would launch `cfg` on this machine now rather than read a record
-    (select's decision; a live reproduction's read-backs aside). False where nothing answers it
-    (NotRecorded: `run` itself says so, loudly, when asked)."""
-    try:
-        return select(cfg, mode, as_store(store), *_local_hardware())[0] == "live"
-    except NotRecorded:
-        return False
+def would_launch(cfgs, mode: str, store: Store | str | None = None) -> list[bool]:
+    """For each configuration, whether `run(cfg, mode)` would launch it on this machine now rather
+    than read a record (select's decision; a live reproduction's read-backs aside); the machine is
+    read once. False where nothing answers it (NotRecorded: `run` itself says so, loudly, when
+    asked)."""
+    store, here = as_store(store), _local_hardware()
+
+    def one(cfg) -> bool:
+        try:
+            return select(cfg, mode, store, *here)[0] == "live"
+        except NotRecorded:
+            return False
+
+    return [one(cfg) for cfg in cfgs]
 
 
 def measure_many(
