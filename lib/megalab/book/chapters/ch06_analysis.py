@@ -214,9 +214,8 @@ def routing_cost(t):
     reverse) and range, the two in words ("14–23%"). Raises LookupError when no layout has both."""
     import pandas as pd
 
-    both = [x for x in dict.fromkeys(t["layout"]) if len(set(t[t["layout"] == x]["balancing"])) > 1]
     rows = []
-    for x in both:
+    for x in dict.fromkeys(t["layout"]):
         aux = t[(t["layout"] == x) & (t["balancing"] == "auxiliary loss")]
         forced = t[(t["layout"] == x) & (t["balancing"] == "forced balance")]
         if aux.empty or forced.empty:
@@ -380,8 +379,8 @@ def routing_name(cfg) -> str:
     """'auxiliary loss 0.01', 'no balancing' or 'forced balance': a routing run's policy in
     words."""
     if cfg.moe_balance == "aux_loss":
-        return f"auxiliary loss {cfg.moe_aux_coeff:g}"
-    return {"none": "no balancing", "force": "forced balance"}[cfg.moe_balance]
+        return f"{BALANCING['aux_loss']} {cfg.moe_aux_coeff:g}"
+    return BALANCING[cfg.moe_balance]
 
 
 def recovery(records: dict, settled: float = 1.5, tail: int = 20):
