@@ -212,8 +212,9 @@ def _measured(r) -> str:
 
 def rank_of(cfg, gpu: str = "H200", store=None) -> dict:
     """Where cfg's layout (in words, micro-batch and recomputation alike) stands in `ranking`:
-    rank, of (how many layouts were ranked) and why (why it is not first). LookupError when the
-    search did not rank it (an impossible layout)."""
+    rank, of (how many layouts were ranked), why (why it is not first) and first (the RunConfig
+    ranked first, as `best` gives it, from the same search). LookupError when the search did not
+    rank it (an impossible layout)."""
     from megalab.book.frame import describe
 
     table, _ = ranking(cfg, gpu, top=10**6, store=store)
@@ -225,7 +226,12 @@ def rank_of(cfg, gpu: str = "H200", store=None) -> dict:
     if same.empty:
         raise LookupError(f"{describe(cfg)} at micro-batch {cfg.mbs}: not among the ranked layouts")
     row = same.iloc[0]
-    return {"rank": int(row["rank"]), "of": int(table["rank"].max()), "why": row["why"]}
+    return {
+        "rank": int(row["rank"]),
+        "of": int(table["rank"].max()),
+        "why": row["why"],
+        "first": table["cfg"].iloc[0],
+    }
 
 
 def best(cfg, gpu: str = "H200", store=None):
