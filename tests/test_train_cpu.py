@@ -170,6 +170,9 @@ def test_first_loss_is_ln_vocab(one_gpu):
 def _send_cuda_to_cpu() -> None:
     """Patch torch and Megatron so the trainer's GPU path runs on CPU with gloo. Not for real
     runs."""
+    from megalab.train import imports
+
+    imports.load_less()  # before Megatron's import below, as the trainer does (no torch._dynamo)
     import torch
     import torch.distributed as dist
 

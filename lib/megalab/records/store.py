@@ -479,21 +479,20 @@ def _lines(data: bytes):
             yield n, obj, why
 
 
-# path -> its last state read: digest, lines (_lines of its bytes), unfit (when asked)
+# path -> its last state read: data (its bytes), lines (_lines of them), unfit (when asked)
 _PARSED: dict[str, dict] = {}
 
 
 def _parsed(path: Path, data: bytes) -> dict:
     """The state of a file whose bytes are `data`: its `lines` (_lines, parsed once per state: a
     chapter reads the store hundreds of times, and parsing it each time was most of a notebook's
-    run) and, once _unfit has checked them, its `unfit` lines. Keyed by a digest of the whole
-    content, so an append, a torn line or any other change is read afresh. The parsed records are
-    shared between reads: _read hands out shallow copies, and nested values (summary, series, ...)
-    must not be modified in place."""
-    digest = hashlib.blake2b(data, digest_size=16).digest()
+    run) and, once _unfit has checked them, its `unfit` lines. Keyed by the whole content, compared
+    byte for byte (a memcmp, some ten times faster than hashing it), so an append, a torn line or
+    any other change is read afresh. The parsed records are shared between reads: _read hands out
+    shallow copies, and nested values (summary, series, ...) must not be modified in place."""
     state = _PARSED.get(str(path))
-    if state is None or state["digest"] != digest:
-        state = _PARSED[str(path)] = {"digest": digest, "lines": list(_lines(data)), "unfit": None}
+    if state is None or state["data"] != data:
+        state = _PARSED[str(path)] = {"data": data, "lines": list(_lines(data)), "unfit": None}
     return state
 
 
