@@ -281,7 +281,7 @@ def _gone(pid: int, within_s: float = 10) -> bool:
 
 
 def _python(code: str, tmp_path) -> subprocess.Popen:
-    lib, tests = Path(launch.__file__).parents[1], Path(__file__).parent
+    lib, tests = Path(launch.__file__).parents[2], Path(__file__).parent  # lib/megalab/jobs/
     return subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(code)],
         cwd=tmp_path,

@@ -293,9 +293,10 @@ def _signal(pids: Iterable[int], sig: int) -> None:
             pass
 
 
-def kill_group(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
+def kill_group(proc: subprocess.Popen, grace_s: float | None = None) -> None:
     """SIGTERM the child's process group (torchrun stops its ranks), then SIGKILL whatever is left
-    after grace_s, the ranks included."""
+    after grace_s (KILL_GRACE_S, read at the call), the ranks included."""
+    grace_s = KILL_GRACE_S if grace_s is None else grace_s
     ranks = _descendants(proc.pid)
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5)):
         try:
