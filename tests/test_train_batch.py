@@ -67,7 +67,12 @@ def test_layouts_trained_in_one_reused_process_train_as_fresh_ones(tmp_path, mon
         reuse, "batch_command", lambda cfgs, f: [*entry(cfgs, f)[:5], __file__, "train", str(f)]
     )
     monkeypatch.setattr(launch, "check", lambda cfg, nproc=None: None)  # no GPU here
-    cfgs = [LOOP.replace(gpus=2, pp=2), LOOP.replace(gpus=2, name="boom"), LOOP.replace(gpus=2)]
+    # the last is test_train_cpu's pp2-vpp2 layout: its fresh run is trained once for both files
+    cfgs = [
+        LOOP.replace(gpus=2),
+        LOOP.replace(gpus=2, name="boom"),
+        LOOP.replace(gpus=2, pp=2, vpp=2),
+    ]
     reused = reuse.launch_many(cfgs, runs_root=tmp_path, timeout_s=300)
     assert [o.status for o in reused] == ["ok", "failed", "ok"], [o.error for o in reused]
     assert "boom: a failure in the middle" in reused[1].error["message"]

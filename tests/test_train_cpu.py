@@ -100,7 +100,21 @@ def test_invalid_layout_is_one_json_line():
 
 # -- 2. the training loop
 # ---------------------------------------------------------------------------
+# (nproc, the configuration) -> the Parsed log of its fresh run: a run compared against in two
+# tests (here, and test_train_batch's reused process) is trained once
+_TRAINED: dict[tuple, metrics.Parsed] = {}
+
+
 def cpu_train(nproc: int, cfg) -> metrics.Parsed:
+    """The trainer's log of `cfg` trained from a fresh torchrun of `nproc` CPU ranks (once per
+    session: do not modify what it returns)."""
+    key = (nproc, cfg.to_json())
+    if key not in _TRAINED:
+        _TRAINED[key] = _fresh_train(nproc, cfg)
+    return _TRAINED[key]
+
+
+def _fresh_train(nproc: int, cfg) -> metrics.Parsed:
     # what the trainer writes (routing.json), not the cwd
     run_dir = tempfile.mkdtemp(prefix="megalab-cpu-train-")
     parsed = metrics.parse_log(_torchrun(nproc, [__file__, "--run-dir", run_dir], cfg))
