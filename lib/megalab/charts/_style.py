@@ -10,6 +10,8 @@ package (see `megalab.book.reproduce.setup`, a Sphinx extension listed in `_conf
 
 from __future__ import annotations
 
+import sys
+
 import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.io.base_renderers import PlotlyRenderer
@@ -78,5 +80,10 @@ class _BookRenderer(PlotlyRenderer):
 def setup_notebook() -> None:
     """Make notebook figures render both in JupyterLab and in the static HTML book (renderer
     RENDERER)."""
+    # plotly's renderers import nbformat, and its jsonschema imports rfc3987_syntax when installed
+    # (jupyter-events requires it): 38 Lark grammars built at import, 3 s of every kernel's start on
+    # a 2-core CPU. Nothing in a chapter validates IRIs against a schema: marked absent, jsonschema
+    # goes without its "iri" format check (its import expects that, ImportError).
+    sys.modules.setdefault("rfc3987_syntax", None)
     pio.renderers[RENDERER] = _BookRenderer()
     pio.renderers.default = RENDERER
