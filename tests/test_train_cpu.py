@@ -24,9 +24,19 @@ from megalab import metrics, theory
 from megalab.runs.config import RunConfig
 from megalab.runs.flags import config_to_args
 
-# Small enough for 4 processes on 2 cores; vocab 1024 is a multiple of 128*tp for tp <= 8.
+# Small enough for 4 processes on 2 cores; vocab 1024 is a multiple of 128*tp for tp <= 8. Fused
+# ops run eagerly: what is proved here does not depend on torch.compile, and inductor's C++ build
+# cost a run up to 15 s on a cold cache (the wrapper that defers it is still called: imports.py).
 TINY = RunConfig(
-    name="tiny", layers=4, hidden=128, heads=4, vocab=1024, seq=64, impl="local", iters=1
+    name="tiny",
+    layers=4,
+    hidden=128,
+    heads=4,
+    vocab=1024,
+    seq=64,
+    impl="local",
+    iters=1,
+    compile=False,
 )
 # The trickier weight layouts: SwiGLU's [gate; up] fc1, grouped-query QKV, RMSNorm (no biases),
 # rope.
