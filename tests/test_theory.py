@@ -334,6 +334,9 @@ def _build_counts(cfgs):
 
 
 def _worker(rank, world, port, cfgs, out):
+    from megalab.train import imports
+
+    imports.load_less()  # Megatron's import without torch._dynamo's, as the trainer imports it
     import torch
 
     # Tied embeddings with pp > 1: Megatron all-reduces the last stage's copy after `.cuda()`

@@ -124,6 +124,15 @@ def cpu_train(nproc: int, cfg) -> metrics.Parsed:
     return _TRAINED[key]
 
 
+def cpu_train_side_by_side(*runs: tuple[int, RunConfig]) -> list[metrics.Parsed]:
+    """cpu_train of each (nproc, cfg), all at once: a one-rank run is mostly its interpreter's
+    imports, one core's work, so two of them share the CI's two cores."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(runs)) as pool:
+        return list(pool.map(lambda run: cpu_train(*run), runs))
+
+
 def _fresh_train(nproc: int, cfg) -> metrics.Parsed:
     # what the trainer writes (routing.json), not the cwd
     run_dir = tempfile.mkdtemp(prefix="megalab-cpu-train-")
@@ -149,7 +158,8 @@ def curve(parsed, key):
 
 @pytest.fixture(scope="module")
 def one_gpu():
-    return {"llama": cpu_train(1, LOOP.replace(gpus=1)), "moe": cpu_train(1, MOE.replace(gpus=1))}
+    llama, moe = cpu_train_side_by_side((1, LOOP.replace(gpus=1)), (1, MOE.replace(gpus=1)))
+    return {"llama": llama, "moe": moe}
 
 
 @pytest.mark.parametrize(
@@ -178,8 +188,9 @@ def test_mlp_recompute_of_a_model_with_biases_trains_like_no_recompute():
     """megatron-core 0.16.1's MLP returns its fc2 bias parameter: under recompute_modules=mlp the
     backward re-entered its own checkpoint without end (workarounds.copy_mlp_bias_under_recompute);
     now the same steps."""
-    ref = cpu_train(1, GPT2)
-    run = cpu_train(1, GPT2.replace(recompute="selective", recompute_modules="mlp"))
+    ref, run = cpu_train_side_by_side(
+        (1, GPT2), (1, GPT2.replace(recompute="selective", recompute_modules="mlp"))
+    )
     assert curve(run, "loss") == pytest.approx(curve(ref, "loss"), rel=1e-6)
     assert curve(run, "grad_norm") == pytest.approx(curve(ref, "grad_norm"), rel=1e-6)
 
