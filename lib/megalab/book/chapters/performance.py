@@ -8,7 +8,6 @@ same host and against an external reference, and why the steps of these hosts wa
     perf.peer_pair(g)                                # per launch mode: ours / peer and intervals
     perf.peer_runs(None, "H200")                     # the pair's runs one by one, in order
     perf.pairs({1: one, 2: two, 4: four})            # every side-by-side pair, ours / peer
-    perf.fusion_bound(cfg, hbm_tbs=4.3, host_us=84)  # what the peer's unfused wgrad add can cost
     perf.anchor_table({"4 × H200": four})           # Megatron-LM on an 8×H100 node, beside here
     perf.parity_checks(records, errata)              # every parity layout's verdict
     perf.startup_phases(records)                     # median seconds per launch phase
@@ -30,14 +29,11 @@ __all__ = [
     "peer_losses",
     "TUTORIALS",
     "TUTORIALS_MS",
-    "UNFUSED_BYTES_PER_WEIGHT",
-    "WEIGHTS_PER_LAYER",
     "mfu_table",
     "host_per_kernel",
     "pairs",
     "pair_rows",
     "pair_bars",
-    "fusion_bound",
     "anchor_table",
     "parity_checks",
     "parity_table",
@@ -58,13 +54,6 @@ TUTORIALS_MS = {
     ("gpt-2.5b", 2): 273.0,
     ("gpt-4.2b", 4): 310.0,
 }
-# Without the fusion, each weight matrix's gradient is written in bf16 by its GEMM, then added to
-# the fp32 main gradient by a kernel of its own: it reads 2 + 4 bytes and writes 4, per weight and
-# micro-batch (Megatron Core's DDP hook, param.main_grad.add_(param.grad))
-UNFUSED_BYTES_PER_WEIGHT = 10
-# weight matrices per transformer layer whose gradient goes through that add: QKV, the attention's
-# output projection, the MLP's two matrices
-WEIGHTS_PER_LAYER = 4
 
 
 def _words(cfg) -> str:
@@ -273,28 +262,6 @@ def pairs(frames: dict, fusion_from: str | None = None):
                 }
             )
     return pd.DataFrame(rows)
-
-
-def fusion_bound(cfg, hbm_tbs: float, host_us: float) -> dict:
-    """What the peer's unfused weight-gradient accumulation can add to one step of cfg: weights
-    (weight-matrix elements per GPU, the layers' attention and MLP parameters over TP and PP), adds
-    (add kernels per step: WEIGHTS_PER_LAYER per layer of the stage and micro-batch), gb (their
-    memory traffic, UNFUSED_BYTES_PER_WEIGHT a weight), gpu_ms (that traffic at `hbm_tbs` TB/s) and
-    host_ms (the adds' launches at `host_us` µs each). An estimate from bytes and launches, not a
-    measurement."""
-    from megalab import theory
-
-    p = theory.params(cfg)
-    weights = (p["attention"] + p["mlp"] + p["experts"]) / (cfg.tp * cfg.pp)
-    adds = WEIGHTS_PER_LAYER * (cfg.layers // cfg.pp) * cfg.num_microbatches
-    gb = UNFUSED_BYTES_PER_WEIGHT * weights * cfg.num_microbatches / 1e9
-    return {
-        "weights": weights,
-        "adds": adds,
-        "gb": gb,
-        "gpu_ms": gb / hbm_tbs,
-        "host_ms": adds * host_us / 1e3,
-    }
 
 
 def anchor_table(frames: dict):
