@@ -19,7 +19,8 @@ profiler slows steps), not packed beside other runs (they shared the host), not 
 (timings' clean timings: the first run on a fresh host is slow), compiled, Transformer Engine layers
 (the local spec's unfused attention is a different kernel set, which none of the constants
 describes), without CUDA graphs (a graph replays a layer's kernels with one launch: the host floor,
-host_layer, is gone), on one GPU model; the newest record of each configuration (iterations and seed
+host_layer, is gone), the trainer's own weight-gradient fusion (the peer pairs turn it off: the
+model has no term for the unfused add), on one GPU model; the newest record of each configuration (iterations and seed
 aside). Three kinds are kept out:
 - chapter 07's case runs (tag CASE_TAG): they test the ranking the model makes, so they never fit
 it;
@@ -164,6 +165,7 @@ def usable_records(store=None, gpu: str = "H200") -> list[dict]:
         and cfg.impl == "te"
         and not cfg.problems()
         and cfg.cuda_graphs == "none"
+        and cfg.grad_accum_fusion == "auto"
     ]
 
 
