@@ -20,8 +20,8 @@ profiler slows steps), not packed beside other runs (they shared the host), not 
 (the local spec's unfused attention is a different kernel set, which none of the constants
 describes), without CUDA graphs (a graph replays a layer's kernels with one launch: the host floor,
 host_layer, is gone), the trainer's own weight-gradient fusion (the peer pairs turn it off: the
-model has no term for the unfused add), on one GPU model; the newest record of each configuration (iterations and seed
-aside). Three kinds are kept out:
+model has no term for the unfused add), on one GPU model; the newest record of each configuration
+(iterations and seed aside). Three kinds are kept out:
 - chapter 07's case runs (tag CASE_TAG): they test the ranking the model makes, so they never fit
 it;
 - repeats made for another comparison (records.REPEAT_TAGS: chapter 03's back-to-back spread, the
