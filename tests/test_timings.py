@@ -461,3 +461,12 @@ def test_where_keeps_a_newer_recording_with_other_settings_out(tmp_path):
     assert len(runs) == 4 and profiled["git_commit"] == "fair000"
     with pytest.raises(NotRecorded):
         timings.group(store, "ch09.demo", "H200", where=lambda c: c.tp > 8)
+
+
+def test_a_missing_group_names_the_command_that_prints_its_lines(tmp_path):
+    from megalab.records.store import NotRecorded
+
+    with pytest.raises(NotRecorded, match="`megalab experiments performance`"):
+        timings.group_runs(tmp_path, "perf.peer", "H200")
+    with pytest.raises(NotRecorded, match="`megalab experiments ch05`"):
+        timings.group_runs(tmp_path, "ch05.m-sweep", "H200")
