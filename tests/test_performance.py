@@ -7,6 +7,8 @@ import pandas as pd
 import pytest
 from megalab.book.chapters import ch00_know_your_machine as ch00
 from megalab.book.chapters import performance as perf
+from megalab.book.chapters import performance_parity as parity
+from megalab.book.chapters import performance_peer as perf_peer
 from megalab.records import timings
 from megalab.runs import presets
 
@@ -131,15 +133,15 @@ def test_parity_and_startup_from_the_records():
     from megalab import results
 
     records = results.load()
-    checked = perf.parity_checks(records, results.Store().errata())
-    table = perf.parity_table(checked)
+    checked = parity.parity_checks(records, results.Store().errata())
+    table = parity.parity_table(checked)
     assert set(table["verdict"]) <= {"passes", "fails", "set aside", "no reference"}
-    stable = perf.stable_parity(checked)
+    stable = parity.stable_parity(checked)
     assert stable and all(p.passes for _, p in stable)
-    curves = perf.parity_curves(stable)
+    curves = parity.parity_curves(stable)
     assert next(iter(curves)) == "1 GPU" and len(curves) == len(stable) + 1
-    te = perf.stable_parity(checked, impl="te")
-    fig = perf.parity_gaps(stable + te)
+    te = parity.stable_parity(checked, impl="te")
+    fig = parity.parity_gaps(stable + te)
     assert len(fig.data) == 1 + len(stable) + len(te)  # the band, then one line per layout
     assert [t.name for t in fig.data if t.showlegend is not False][1:] == [
         "Megatron Core's plain layers",
@@ -183,31 +185,31 @@ def test_the_fair_pair_is_read_only_from_runs_with_the_fusion_equal(tmp_path):
     error."""
     store = _pair_store(tmp_path)
     _pair_store(tmp_path, fusion="auto", commit="fused00", day="2030-02-01")
-    g = perf.peer_group(store, "H200")
+    g = perf_peer.peer_group(store, "H200")
     assert g.attrs["commit"] == "fair000" and len(g) == 4
-    pair = perf.peer_pair(g)
+    pair = perf_peer.peer_pair(g)
     assert list(pair["launch"]) == ["eager", "CUDA graphs"]
     assert pair["ratio"].round(3).tolist() == [0.909, 0.909] and pair["apart"].all()
     assert (pair["ratio_lo"] <= pair["ratio"]).all() and (pair["ratio"] <= pair["ratio_hi"]).all()
     assert pair["less"].round(3).tolist() == [0.091, 0.091]
-    runs = perf.peer_runs(store, "H200")
+    runs = perf_peer.peer_runs(store, "H200")
     assert list(runs["side"][:2]) == ["this trainer", "Megatron-LM"] and len(runs) == 8
-    assert list(perf.peer_losses(runs)) == [
+    assert list(perf_peer.peer_losses(runs)) == [
         "this trainer, eager",
         "Megatron-LM, eager",
         "this trainer, CUDA graphs",
         "Megatron-LM, CUDA graphs",
     ]
-    assert len(perf.peer_figure(g).data) == 2
+    assert len(perf_peer.peer_figure(g).data) == 2
     with pytest.raises(LookupError, match="lacks megatron-lm"):
-        perf.peer_group(_pair_store(tmp_path / "one", sides={"megalab"}), "H200")
+        perf_peer.peer_group(_pair_store(tmp_path / "one", sides={"megalab"}), "H200")
 
 
 def test_the_recorded_fair_pair():
     """The committed perf.peer group: one host and commit, the fusion off on both sides, three
     rounds; ours the shorter step in both modes, every run apart; the graphed trainer profiled."""
-    g = perf.peer_group(None, "H200")
+    g = perf_peer.peer_group(None, "H200")
     assert all(c.grad_accum_fusion == "off" for c in g["cfg"]) and set(g["runs"]) == {3}
-    pair = perf.peer_pair(g)
+    pair = perf_peer.peer_pair(g)
     assert (pair["ratio_hi"] < 1).all() and pair["apart"].all()
     assert pair["ours_busy"].notna().sum() == 1 and 0.7 < pair["ours_busy"].max() < 1

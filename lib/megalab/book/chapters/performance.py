@@ -4,13 +4,12 @@ same host and against an external reference, and why the steps of these hosts wa
     g = timings.group(None, "ch02.tp", "H200")       # eager and graphed TP steps, one host
     perf.mfu_table(g)                                # each configuration's step and MFU, in words
     perf.host_per_kernel(ch00.host_cost(g), 2709)    # host time per kernel the graphs remove (µs)
-    g = perf.peer_group(None, "H200")                # the fair pair: trainer and peer, one group
-    perf.peer_pair(g)                                # per launch mode: ours / peer and intervals
-    perf.peer_runs(None, "H200")                     # the pair's runs one by one, in order
     perf.pairs({1: one, 2: two, 4: four})            # every side-by-side pair, ours / peer
     perf.anchor_table({"4 × H200": four})           # Megatron-LM on an 8×H100 node, beside here
-    perf.parity_checks(records, errata)              # every parity layout's verdict
     perf.startup_phases(records)                     # median seconds per launch phase
+
+The fair pair (this trainer against Megatron-LM in one comparison group) is performance_peer's;
+loss parity, the page's last section, is performance_parity's.
 
 The side-by-side frames are `timings.side_by_side(...)`'s (one row per configuration, or per
 configuration and host with by_sitting). The external reference is TUTORIALS: the Megatron-LM step
@@ -22,11 +21,6 @@ published, never as a measurement of this book.
 from __future__ import annotations
 
 __all__ = [
-    "peer_group",
-    "peer_pair",
-    "peer_figure",
-    "peer_runs",
-    "peer_losses",
     "TUTORIALS",
     "TUTORIALS_MS",
     "mfu_table",
@@ -35,10 +29,6 @@ __all__ = [
     "pair_rows",
     "pair_bars",
     "anchor_table",
-    "parity_checks",
-    "parity_table",
-    "stable_parity",
-    "parity_gaps",
     "startup_phases",
 ]
 
@@ -60,146 +50,6 @@ def _words(cfg) -> str:
     from megalab.book.frame import describe
 
     return describe(cfg.replace(cuda_graphs="none"), model=True)
-
-
-# -- the fair pair (performance_runs.PEER_GROUP)
-# ---------------------------------------------------------------
-SIDES = {"megalab": "this trainer", "megatron-lm": "Megatron-LM"}  # RunConfig.runner -> words
-LAUNCHES = {"none": "eager", "te": "CUDA graphs", "local": "CUDA graphs (Megatron Core)"}
-
-
-def peer_group(store, gpu_model: str):
-    """The fair pair's comparison group (performance_runs.PEER_GROUP) on `gpu_model`, read as
-    timings.group reads it but only from runs with the weight-gradient accumulation fusion equal on
-    both sides (peer.fusion_equal): a recording of the tag with the fusion on one side only is never
-    read, however new. LookupError unless both sides ran in every launch mode recorded."""
-    from megalab.book.chapters.performance_runs import PEER_GROUP
-    from megalab.jobs.peer import fusion_equal
-    from megalab.records import timings
-
-    g = timings.group(store, PEER_GROUP, gpu_model, where=fusion_equal)
-    have = {(c.runner, c.cuda_graphs) for c in g["cfg"]}
-    missing = {(r, m) for r in SIDES for _, m in have} - have
-    if missing:
-        raise LookupError(
-            f"{PEER_GROUP} lacks {', '.join(sorted(f'{r} {m}' for r, m in missing))}: record "
-            "both sides in each launch mode (megalab experiments performance)"
-        )
-    return g
-
-
-def peer_pair(g):
-    """One row per launch mode of the fair pair (peer_group): launch; ours_ms, ours_lo, ours_hi and
-    peer_ms, peer_lo, peer_hi (each side's median step and its 95% interval); ratio (ours / peer)
-    with ratio_lo (our interval's low end over theirs' high end) to ratio_hi (the reverse), which
-    holds the ratio whenever both medians' intervals hold theirs; less (1 - ratio: the share of
-    Megatron-LM's step time ours does not take), less_lo, less_hi; ours_runs and peer_runs (each
-    run's median); apart (every run of one side faster than every run of the other); ours_mfu,
-    peer_mfu; ours_busy (our profiled step's GPU-busy share, NaN where not profiled)."""
-    import pandas as pd
-
-    rows = []
-    for mode in dict.fromkeys(c.cuda_graphs for c in g["cfg"]):
-        side = {c.runner: row for (_, row), c in zip(g.iterrows(), g["cfg"]) if c.cuda_graphs == mode}
-        ours, peer = side["megalab"], side["megatron-lm"]
-        ratio = ours["median_ms"] / peer["median_ms"]
-        lo, hi = ours["lo_ms"] / peer["hi_ms"], ours["hi_ms"] / peer["lo_ms"]
-        rows.append(
-            {
-                "launch": LAUNCHES[mode],
-                **{f"ours_{k}": ours[f"{k}_ms"] for k in ("median", "lo", "hi")},
-                **{f"peer_{k}": peer[f"{k}_ms"] for k in ("median", "lo", "hi")},
-                "ratio": ratio,
-                "ratio_lo": lo,
-                "ratio_hi": hi,
-                "less": 1 - ratio,
-                "less_lo": 1 - hi,
-                "less_hi": 1 - lo,
-                "ours_runs": list(ours["run_ms"]),
-                "peer_runs": list(peer["run_ms"]),
-                "apart": max(ours["run_ms"]) < min(peer["run_ms"])
-                or min(ours["run_ms"]) > max(peer["run_ms"]),
-                "ours_mfu": ours["mfu"],
-                "peer_mfu": peer["mfu"],
-                "ours_busy": ours["gpu_busy"],
-            }
-        )
-    out = pd.DataFrame(rows)
-    return out.rename(columns={"ours_median": "ours_ms", "peer_median": "peer_ms"})
-
-
-def peer_figure(g, title: str = "gpt-1.2b, TP 2: this trainer and Megatron-LM, one host"):
-    """The fair pair (peer_group) as bars: each side's median step per launch mode, with its 95%
-    interval."""
-    import pandas as pd
-
-    from megalab import charts
-
-    long = pd.DataFrame(
-        {
-            "launch": [LAUNCHES[c.cuda_graphs] for c in g["cfg"]],
-            "side": [SIDES[c.runner] for c in g["cfg"]],
-            "median_ms": g["median_ms"].to_numpy(),
-            "lo_ms": g["lo_ms"].to_numpy(),
-            "hi_ms": g["hi_ms"].to_numpy(),
-        }
-    )
-    return charts.grouped_bars(
-        long,
-        "launch",
-        "median_ms",
-        color="side",
-        title=title,
-        y_title="ms per step (median, 95% interval)",
-        text_format=".1f",
-        interval=("lo_ms", "hi_ms"),
-    )
-
-
-def peer_runs(store, gpu_model: str):
-    """The fair pair's runs one by one, in the order they ran (the profiled one last): run (1, 2,
-    ...), side, launch, median_ms (the run's median step after warm-up), mfu, loss_first,
-    loss_last, profiled; attrs: records, the run records in that order."""
-    import numpy as np
-    import pandas as pd
-
-    from megalab import theory
-    from megalab.book.chapters.performance_runs import PEER_GROUP
-    from megalab.jobs.peer import fusion_equal
-    from megalab.records import timings
-    from megalab.runs.config import RunConfig
-
-    timed, profiled = timings.group_runs(store, PEER_GROUP, gpu_model, where=fusion_equal)
-    runs = timed + ([(RunConfig.from_dict(profiled["config"]), profiled)] if profiled else [])
-    rows = []
-    for i, (c, r) in enumerate(runs):
-        ms = float(np.median(timings.steps_ms(r)))
-        rows.append(
-            {
-                "run": i + 1,
-                "side": SIDES[c.runner],
-                "launch": LAUNCHES[c.cuda_graphs],
-                "median_ms": ms,
-                "mfu": theory.mfu(c, ms / 1e3, gpu_model),
-                "loss_first": r["summary"]["loss_first"],
-                "loss_last": r["summary"]["loss_last"],
-                "profiled": r is profiled,
-            }
-        )
-    out = pd.DataFrame(rows)
-    out.attrs["records"] = [r for _, r in runs]
-    return out
-
-
-def peer_losses(runs) -> dict:
-    """{name: {"step", "loss"}} for charts.loss_parity: each side's loss curve, from its first run
-    in each launch mode of `runs` (peer_runs), named by side and launch."""
-    out = {}
-    for (_, row), r in zip(runs.iterrows(), runs.attrs["records"]):
-        name = f"{row['side']}, {row['launch']}"
-        if name not in out:
-            out[name] = {"step": list(r["series"]["step"]), "loss": list(r["series"]["loss"])}
-    return out
 
 
 def mfu_table(g):
@@ -307,81 +157,6 @@ def anchor_table(frames: dict):
                 }
             )
     return pd.DataFrame(rows)
-
-
-# -- loss parity
-# ----------------------------------------------------------------------------------------
-LLAMA = "untied-rope-RMSNorm-swiglu"  # the smooth model's change from the gpt-350m preset
-
-
-def parity_checks(records, errata: dict, parity=None) -> list:
-    """(RunConfig, ParityResult or None, erratum reasons) of every layout recorded with the tag
-    `parity` (the single-GPU references left out), judged by `parity` (default
-    sweep.parity(cfg, mode="cached", quiet=True)); None where no reference is recorded."""
-    from megalab.jobs import sweep
-    from megalab.records.store import NotRecorded
-    from megalab.runs.config import RunConfig
-
-    groups: dict = {}
-    for r in records:
-        if "parity" in (r.get("tags") or []):
-            c = RunConfig.from_dict(r["config"])
-            groups.setdefault(sweep.reference_of(c).key, {})[c.key] = c
-    judge = parity or (lambda c: sweep.parity(c, mode="cached", quiet=True))
-    out = []
-    for ref, cs in groups.items():
-        for key, c in cs.items():
-            if key == ref:
-                continue
-            keys = {c.key, ref}
-            why = sorted({errata[r["id"]] for r in records if r["key"] in keys and r["id"] in errata})
-            try:
-                out.append((c, judge(c), why))
-            except NotRecorded:
-                out.append((c, None, why))
-    return out
-
-
-def parity_table(checked):
-    """One row per checked layout: model, change (from its preset), layout (words), impl, lr,
-    max_diff, band, verdict ('passes', 'fails', 'set aside' for an erratum, 'no reference'),
-    spikes (the reference's spike steps)."""
-    import pandas as pd
-    from megalab.book.frame import describe
-
-    rows = []
-    for c, p, why in checked:
-        verdict = (
-            ("passes" if p.passes else "fails") if p else ("set aside" if why else "no reference")
-        )
-        rows.append(
-            {
-                "model": c.name,
-                "change": c.preset_changes or "as preset",
-                "layout": describe(c),
-                "impl": c.impl,
-                "lr": c.lr,
-                "max_diff": p.max_abs_diff if p else float("nan"),
-                "band": p.band if p else float("nan"),
-                "verdict": verdict,
-                "spikes": len(p.spikes) if p else 0,
-            }
-        )
-    return pd.DataFrame(rows)
-
-
-def stable_parity(checked, impl: str = "local", lr: float = 1e-4) -> list:
-    """(RunConfig, ParityResult) of the Llama-style gpt-350m (LLAMA) at `lr` with layer spec
-    `impl`: the model that trains without loss spikes."""
-    return [
-        (c, p)
-        for c, p, _ in checked
-        if p is not None
-        and c.name == "gpt-350m"
-        and c.preset_changes == LLAMA
-        and c.impl == impl
-        and c.lr == lr
-    ]
 
 
 # -- startup
@@ -495,65 +270,3 @@ def pair_bars(p, title: str = "Our step time over Megatron-LM's, pair by pair"):
     )
     fig.add_vline(x=1, line_dash="dash", line_color="#555555")
     return fig.update_xaxes(range=[float(p["ratio_lo"].min()) - 0.03, right + 0.08])
-
-
-def parity_curves(stable) -> dict:
-    """{name: {"step", "loss"}} for charts.loss_parity: the one-GPU reference of `stable`
-    (stable_parity's pairs) first, then each layout, named in words without the layer spec."""
-    from megalab.book.frame import describe
-
-    if not stable:
-        raise LookupError("no parity layout to draw")
-    ref = stable[0][1].series
-    out = {"1 GPU": {"step": list(ref["step"]), "loss": list(ref["reference"])}}
-    for c, p in stable:
-        name = describe(c.replace(impl="te"))
-        out[name] = {"step": list(p.series["step"]), "loss": list(p.series["layout"])}
-    return out
-
-
-def parity_gaps(pairs, title: str = "Loss minus the one-GPU loss, step by step"):
-    """Each parity layout's loss minus its one-GPU reference, step by step (`pairs`: stable_parity's
-    (RunConfig, ParityResult), Megatron Core's plain layers and Transformer Engine's together), one
-    colour per layer spec, the layout named on hover, inside the ±band (the narrowest of the pairs'
-    bands) a layout must not leave."""
-    from megalab.book.frame import describe
-    from megalab.charts._style import PALETTE, _figure
-
-    if not pairs:
-        raise LookupError("no parity layout to draw")
-    band = min(p.band for _, p in pairs)
-    steps = list(pairs[0][1].series["step"])
-    fig = _figure(
-        title,
-        xaxis_title="step",
-        yaxis_title="loss − one-GPU loss (nats)",
-        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="left", x=0),
-        margin=dict(t=100),
-    )
-    fig.add_scatter(
-        x=steps + steps[::-1],
-        y=[band] * len(steps) + [-band] * len(steps),
-        fill="toself",
-        fillcolor="rgba(31,95,168,0.12)",
-        line=dict(width=0),
-        name=f"±{band:g} nats: the band a layout must stay in",
-        hoverinfo="skip",
-    )
-    specs = {"local": "Megatron Core's plain layers", "te": "Transformer Engine layers"}
-    shown = set()
-    for c, p in pairs:
-        gap = p.series["layout"] - p.series["reference"]
-        fig.add_scatter(
-            x=p.series["step"],
-            y=gap,
-            mode="lines",
-            name=specs.get(c.impl, c.impl),
-            legendgroup=c.impl,
-            showlegend=c.impl not in shown,
-            line=dict(color=PALETTE[1 if c.impl == "te" else 0], width=1.5),
-            hovertext=describe(c.replace(impl="local")),
-            hoverinfo="text+y",
-        )
-        shown.add(c.impl)
-    return fig.update_yaxes(range=[-2 * band, 2 * band], zeroline=True)
