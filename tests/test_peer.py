@@ -418,6 +418,11 @@ def test_sides_say_what_a_pair_shares_and_what_not():
     assert set(t.index[~t["same"]]) == differ
     assert "--no-gradient-accumulation-fusion" in t.loc["weight-gradient accumulation", "megalab"]
     assert "Transformer Engine captures each transformer layer" in t.loc["CUDA graphs", "megalab"]
+    assert "--grad-accum-fusion off" in t.loc["weight-gradient accumulation", "megalab"]
+    both = peer.sides(fair, {"none", "te"}).set_index("setting").loc["CUDA graphs"]
+    assert (
+        both["megalab"].startswith("none (eager); or Transformer Engine captures") and both["same"]
+    )
     assert "broadcast to the other TP ranks" in t.loc["batch delivery", "megatron_lm"]
     assert peer.fusion_equal(fair) and not peer.fusion_equal(fair.replace(grad_accum_fusion="auto"))
     auto = peer.sides(fair.replace(grad_accum_fusion="auto")).set_index("setting")

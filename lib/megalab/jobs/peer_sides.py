@@ -40,13 +40,13 @@ def fusion_equal(cfg) -> bool:
 
 def _fusion(cfg) -> tuple[str, str]:
     unfused = "unfused: an add kernel per weight and micro-batch"
-    flag = " (the peer: --no-gradient-accumulation-fusion)"
     if cfg.grad_accum_fusion == "off":
-        return unfused + flag, unfused + flag
+        both = unfused + " (--grad-accum-fusion off; --no-gradient-accumulation-fusion)"
+        return both, both
     if cfg.grad_accum_fusion == "on":
         both = "fused into the weight-gradient GEMMs (the peer needs Apex)"
         return both, both
-    return "fused into Transformer Engine's GEMMs", unfused + flag
+    return "fused into Transformer Engine's GEMMs", unfused + " (--no-gradient-accumulation-fusion)"
 
 
 def _graphs(cfg) -> str:
@@ -85,11 +85,13 @@ def _init(cfg) -> tuple[str, str]:
     return "N(0, 0.02), output projections 0.02/√(2L), drawn per global parameter name", peer
 
 
-def sides(cfg):
+def sides(cfg, launches=()):
     """What the trainer's run of `cfg` and its peer's (peer_config(cfg), args(cfg)) share, row by
-    row: a DataFrame with `setting`, `megalab`, `megatron_lm` and `same`. From the flags this module
-    passes and the trainer's wiring (megalab.train.wiring), and, for what pretrain_gpt.py does on
-    its own, Megatron-LM core_v0.16.1's code: its data loader and NaN checks, and its step timer."""
+    row: a DataFrame with `setting`, `megalab`, `megatron_lm` and `same`. `launches` (cuda_graphs
+    values, e.g. {"none", "te"}) words the CUDA-graphs row for a pair run both ways; default cfg's.
+    From the flags this module passes and the trainer's wiring (megalab.train.wiring), and, for what
+    pretrain_gpt.py does on its own, Megatron-LM core_v0.16.1's code: its data loader and NaN
+    checks, and its step timer."""
     import pandas as pd
 
     opt = (
@@ -107,7 +109,13 @@ def sides(cfg):
         ),
         ("optimizer, schedule", opt, None),
         ("dropout", f"{cfg.dropout:g} (hidden and attention)", None),
-        ("CUDA graphs", _graphs(cfg), None),
+        (
+            "CUDA graphs",
+            "; or ".join(_graphs(cfg.replace(cuda_graphs=g)) for g in sorted(launches))
+            if launches
+            else _graphs(cfg),
+            None,
+        ),
         (
             "fused elementwise ops",
             compiled if cfg.compile else "eager (TORCH_COMPILE_DISABLE)",
