@@ -237,3 +237,23 @@ def test_m_sweep_sets_time_per_micro_batch_beside_the_bubble_formula():
     )
     with pytest.raises(ValueError, match="1F1B runs of one pipeline depth"):
         ch05.m_sweep(g.assign(cfg=[c.replace(vpp=2) for c in cfgs]))
+
+
+def test_sweep_fit_finds_the_fixed_cost_the_bubble_formula_leaves_out():
+    """step = 30 ms × m + (30 + 5) ms on 2 stages: 30 ms per micro-batch, the formula's constant
+    (p − 1) × 30 ms, and 5 ms a step pays once; the bars say measured and formula by m."""
+    cfgs = [PP2.replace(gbs=4 * m) for m in (2, 4, 8, 16)]
+    steps = [30.0 * m + 35.0 for m in (2, 4, 8, 16)]
+    g = pd.DataFrame(
+        {"cfg": cfgs, "median_ms": steps, "lo_ms": 0.0, "hi_ms": 0.0, "mfu": 0.3},
+        index=[c.label for c in cfgs],
+    )
+    t = ch05.m_sweep(g)
+    fit = ch05.sweep_fit(t)
+    assert fit["per_mb_ms"] == pytest.approx(30.0) and fit["c_ms"] == pytest.approx(35.0)
+    assert fit["fixed_ms"] == pytest.approx(5.0) and fit["worst_ms"] == pytest.approx(0, abs=1e-9)
+    assert fit["over"] == pytest.approx((t["ratio"] / t["predicted"]).max() - 1) and fit["over"] > 0
+    bars = ch05.sweep_bars(t)
+    assert bars.attrs["y"] == "time per micro-batch / m = 16's"
+    assert bars["kind"].tolist() == ["measured"] * 4 + ["bubble formula"] * 4
+    assert bars["micro-batches m"].tolist()[:4] == ["2", "4", "8", "16"]

@@ -238,7 +238,7 @@ def test_the_measured_schedules_run_megatrons_order(p, which):
 
 # -- the micro-batch-count sweep as a comparison group
 # --------------------------------------------------------------------------------------------------
-PLAN = Path(__file__).parents[1] / "tools" / "gpu" / "plans" / "ch05-msweep.txt"
+PLAN = Path(__file__).parents[1] / "tools" / "gpu" / "plans" / "archive" / "ch05-msweep.txt"
 
 
 def _m_sweep(gpus: int = 4) -> specs.Group:
@@ -320,8 +320,8 @@ def test_the_m_sweep_is_recorded_by_its_own_tag_only(tmp_path):
 
 
 def test_the_m_sweep_plan_file_is_the_printed_plan():
-    """tools/gpu/plans/ch05-msweep.txt holds the group's lines as `megalab experiments ch05 --gpus 4
-    --host-gpus 4 --missing` prints them, under its # header."""
+    """tools/gpu/plans/archive/ch05-msweep.txt (recorded) holds the group's lines as `megalab
+    experiments ch05 --gpus 4 --host-gpus 4 --missing` prints them, under its # header."""
     text = PLAN.read_text().splitlines()
     assert text[0].startswith("# ") and "plan_cost.py" in "".join(text)
     assert [line for line in text if not line.startswith("#")] == _m_sweep().plan_lines()

@@ -164,6 +164,11 @@ def test_grouped_bars_integers_read_as_integers_and_shares_as_percent():
     assert fig.data[0].texttemplate == "%{y:.3~g}" and not fig.layout.yaxis.tickformat
     fig = charts.grouped_bars(df, "layout", "ms", text_format=",.0f")
     assert fig.data[0].texttemplate == "%{y:,.0f}"
+    # a 95% interval is a confidence level, not the unit: ms stay ms
+    fig = charts.grouped_bars(df, "layout", "ms", y_title="ms per step (median, 95% interval)")
+    assert not fig.layout.yaxis.tickformat
+    fig = charts.grouped_bars(df, "layout", "ms", y_title="share of the step (%)")
+    assert fig.layout.yaxis.tickformat == ".0%"
 
 
 def test_grouped_bars_draw_an_interval_around_each_bar():

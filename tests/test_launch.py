@@ -34,7 +34,15 @@ CFG = RunConfig(
 DATA = Path(__file__).parent / "data"
 
 
-def test_torchrun_command_single_node():
+def test_a_one_node_megalab_run_starts_without_torchruns_agent(monkeypatch):
+    cmd = launch.torchrun_command(CFG, "runs/x", extra=["--profile"])
+    assert cmd[:5] == [sys.executable, "-m", "megalab.jobs.spawn", "--nproc=2", "--"]
+    assert cmd[5:7] == ["-m", "megalab.train"] and cmd[-3:] == ["--run-dir", "runs/x", "--profile"]
+    assert cmd[7 : cmd.index("--run-dir")] == launch._config_args(CFG)
+
+
+def test_torchrun_command_single_node(monkeypatch):
+    monkeypatch.setenv(launch.LAUNCHER, "torchrun")  # the way back to torchrun
     cmd = launch.torchrun_command(CFG, "runs/x")
     assert cmd[:5] == [
         sys.executable,

@@ -73,7 +73,9 @@ def test_an_interrupted_reproduction_goes_on_where_it_stopped(book, capsys):
     stop["at"] = None
     assert reproduce.reproduce(["00"], mode="live", force=True, root=root) == 0
     assert launches == [2048, 4096]  # the two measured before the interrupt are read back
-    assert "resuming 00_know_your_machine/know.2gpu." in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "resuming 00_know_your_machine/know.2gpu." in err
+    assert "launch to first step: median 20.0 s over 4 runs" in err  # both executions' runs
     ends = [r for r in reproductions.load() if r["event"] != "started"]
     assert [(r["event"], r["launched"], r["read_back"]) for r in ends] == [
         ("interrupted", 2, 0),
@@ -83,6 +85,7 @@ def test_an_interrupted_reproduction_goes_on_where_it_stopped(book, capsys):
     took = reproductions.wall_time(PAGE, gpus=2)
     assert took.measured and took.seconds == pytest.approx(sum(r["seconds"] for r in ends))
     assert (took.launched, took.executions, took.gpu_name) == (4, 2, "NVIDIA H200")
+    assert took.launch_s == 20.0 and "launch to first step 20 s, the median" in str(took)
     assert reproductions.wall_time("00_know_your_machine").seconds == took.seconds  # the chapter
     # finished: the same command starts a new reproduction, --fresh too
     launches.clear()

@@ -405,3 +405,45 @@ def test_the_knobs_of_a_fair_pair_become_megatron_lm_flags_both_ways():
     long = peer.args(moe.replace(iters=400, lr_warmup=100))
     assert long[long.index("--lr-warmup-iters") + 1] == "100"
     assert plain[plain.index("--lr-warmup-iters") + 1] == str(min(10, moe.iters // 10))
+
+
+def test_sides_say_what_a_pair_shares_and_what_not():
+    """peer.sides: a fair pair (fusion off) shares model, optimizer, dropout, graphs, compile and
+    the fusion; init, data, batch delivery, NaN checks and the step clock differ. With the fusion at
+    auto the fusion row differs too; with --data and --init megatron those rows agree."""
+    fair = presets.get("gpt-1.2b").replace(gpus=2, tp=2, mbs=8, gbs=8, grad_accum_fusion="off")
+    t = peer.sides(fair.replace(cuda_graphs="te")).set_index("setting")
+    assert list(t.columns) == ["megalab", "megatron_lm", "same"]
+    differ = {"initial weights", "data", "batch delivery", "NaN checks", "step time"}
+    assert set(t.index[~t["same"]]) == differ
+    assert "--no-gradient-accumulation-fusion" in t.loc["weight-gradient accumulation", "megalab"]
+    assert "Transformer Engine captures each transformer layer" in t.loc["CUDA graphs", "megalab"]
+    assert "--grad-accum-fusion off" in t.loc["weight-gradient accumulation", "megalab"]
+    both = peer.sides(fair, {"none", "te"}).set_index("setting").loc["CUDA graphs"]
+    assert (
+        both["megalab"].startswith("none (eager); or Transformer Engine captures") and both["same"]
+    )
+    assert "broadcast to the other TP ranks" in t.loc["batch delivery", "megatron_lm"]
+    assert peer.fusion_equal(fair) and not peer.fusion_equal(fair.replace(grad_accum_fusion="auto"))
+    auto = peer.sides(fair.replace(grad_accum_fusion="auto")).set_index("setting")
+    assert not auto.loc["weight-gradient accumulation", "same"]
+    assert auto.loc["CUDA graphs", "megalab"] == "none (eager)"
+    alike = peer.sides(fair.replace(init="megatron", data="/d/corpus", compile=False))
+    alike = alike.set_index("setting")
+    assert alike.loc[["initial weights", "data"], "same"].all()
+    assert not alike.loc["fused elementwise ops", "same"]
+    one = peer.sides(fair.replace(gpus=1, tp=1)).set_index("setting")
+    assert "broadcast" not in one.loc["batch delivery", "megatron_lm"]
+
+
+def test_the_mock_datas_token_frequencies_alone_give_8_12_nats():
+    """Token k occurs in the documents longer than k: frequencies falling linearly, whose entropy is
+    ln 4095 + 1/2 - ln 2 (the triangular density's), below the Markov chain's ln 4096."""
+    import math
+
+    nats = peer.mock_unigram_nats()
+    assert nats == pytest.approx(math.log(4095) + 0.5 - math.log(2), abs=2e-3)
+    assert nats < math.log(4096) - 0.19
+    # lengths 1 and 2: token 1 in half the documents, an end-of-document id in each
+    third = -(1 / 3) * math.log(1 / 3) - (2 / 3) * math.log(2 / 3)
+    assert peer.mock_unigram_nats(3) == pytest.approx(third)

@@ -1,5 +1,5 @@
 """The performance page's tables: the comparison group ch02.tp in words, the side-by-side pairs with
-Megatron-LM, what the unfused weight-gradient accumulation can cost, the outside reference of the
+Megatron-LM, the fair pair perf.peer, the outside reference of the
 megatron-tutorials series, loss parity and startup (the committed records, and small frames made
 here)."""
 
@@ -7,6 +7,8 @@ import pandas as pd
 import pytest
 from megalab.book.chapters import ch00_know_your_machine as ch00
 from megalab.book.chapters import performance as perf
+from megalab.book.chapters import performance_parity as parity
+from megalab.book.chapters import performance_peer as perf_peer
 from megalab.records import timings
 from megalab.runs import presets
 
@@ -29,19 +31,6 @@ def test_host_per_kernel_divides_what_graphs_remove():
     assert perf.host_per_kernel(cost, 2000) == pytest.approx(100.0)
     with pytest.raises(ValueError, match="positive"):
         perf.host_per_kernel(cost, 0)
-
-
-def test_fusion_bound_counts_bytes_and_launches():
-    cfg = presets.get("gpt-4.2b").replace(gpus=4, tp=4, mbs=8, gbs=8)
-    b = perf.fusion_bound(cfg, hbm_tbs=4.0, host_us=10.0)
-    assert b["adds"] == perf.WEIGHTS_PER_LAYER * cfg.layers
-    assert b["gb"] == pytest.approx(perf.UNFUSED_BYTES_PER_WEIGHT * b["weights"] / 1e9)
-    assert b["gpu_ms"] == pytest.approx(b["gb"] / 4.0)
-    assert b["host_ms"] == pytest.approx(b["adds"] * 10.0 / 1e3)
-    # about a quarter of the 4.2B model's weights on each of the four GPUs
-    assert 0.9e9 < b["weights"] < 1.1e9
-    two = perf.fusion_bound(cfg.replace(gbs=16), hbm_tbs=4.0, host_us=10.0)
-    assert two["adds"] == 2 * b["adds"] and two["gb"] == pytest.approx(2 * b["gb"])
 
 
 def _frame(rows):
@@ -144,15 +133,15 @@ def test_parity_and_startup_from_the_records():
     from megalab import results
 
     records = results.load()
-    checked = perf.parity_checks(records, results.Store().errata())
-    table = perf.parity_table(checked)
+    checked = parity.parity_checks(records, results.Store().errata())
+    table = parity.parity_table(checked)
     assert set(table["verdict"]) <= {"passes", "fails", "set aside", "no reference"}
-    stable = perf.stable_parity(checked)
+    stable = parity.stable_parity(checked)
     assert stable and all(p.passes for _, p in stable)
-    curves = perf.parity_curves(stable)
+    curves = parity.parity_curves(stable)
     assert next(iter(curves)) == "1 GPU" and len(curves) == len(stable) + 1
-    te = perf.stable_parity(checked, impl="te")
-    fig = perf.parity_gaps(stable + te)
+    te = parity.stable_parity(checked, impl="te")
+    fig = parity.parity_gaps(stable + te)
     assert len(fig.data) == 1 + len(stable) + len(te)  # the band, then one line per layout
     assert [t.name for t in fig.data if t.showlegend is not False][1:] == [
         "Megatron Core's plain layers",
@@ -162,3 +151,65 @@ def test_parity_and_startup_from_the_records():
     phases = perf.startup_phases(records)
     assert list(phases["phase"]) == list(perf.PHASES.values()) and phases.attrs["runs"] > 0
     assert len(perf.startup_seconds(records)) >= phases.attrs["runs"]
+
+
+# -- the fair pair (perf.peer)
+# ------------------------------------------------------------------------------
+def _pair_store(tmp_path, fusion="off", commit="fair000", day="2030-01-01", sides=None):
+    """One recording of perf.peer: ours and the peer's, eager and graphed, alternated twice."""
+    from megalab.jobs.peer import peer_config
+    from megalab.records.store import Store
+
+    from run_records import record
+
+    ours = presets.get("gpt-1.2b").replace(gpus=2, tp=2, mbs=8, gbs=8, grad_accum_fusion=fusion)
+    pairs = [ours.replace(cuda_graphs=g) for g in ("none", "te")]
+    cfgs = [x for c in pairs for x in (c, peer_config(c))]
+    store = Store(tmp_path)
+    for i, c in enumerate(cfgs * 2):
+        if sides and c.runner not in sides:
+            continue
+        ms = (300.0 if c.cuda_graphs == "none" else 120.0) * (1.1 if c.runner != "megalab" else 1)
+        rec = record(c, at=f"{day}T00:{i:02d}:00Z", git_commit=commit, tags=["group.perf.peer"])
+        rec["env"] = {"gpu_name": "NVIDIA H200", "gpu_count": 2, "hostname": "vm", "cpu_count": 32}
+        rec["series"]["step_time_s"] = [1.0] * 3 + [ms / 1e3 * (1 + 0.001 * k) for k in range(20)]
+        rec["series"]["step"] = list(range(23))
+        rec["series"]["loss"] = [10.0 - 0.1 * k for k in range(23)]
+        store.append(rec)
+    return store
+
+
+def test_the_fair_pair_is_read_only_from_runs_with_the_fusion_equal(tmp_path):
+    """A newer recording of perf.peer with the fusion at auto (on for the trainer, off for the
+    peer) is never read; per launch mode, ours / peer with its interval; a side missing is an
+    error."""
+    store = _pair_store(tmp_path)
+    _pair_store(tmp_path, fusion="auto", commit="fused00", day="2030-02-01")
+    g = perf_peer.peer_group(store, "H200")
+    assert g.attrs["commit"] == "fair000" and len(g) == 4
+    pair = perf_peer.peer_pair(g)
+    assert list(pair["launch"]) == ["eager", "CUDA graphs"]
+    assert pair["ratio"].round(3).tolist() == [0.909, 0.909] and pair["apart"].all()
+    assert (pair["ratio_lo"] <= pair["ratio"]).all() and (pair["ratio"] <= pair["ratio_hi"]).all()
+    assert pair["less"].round(3).tolist() == [0.091, 0.091]
+    runs = perf_peer.peer_runs(store, "H200")
+    assert list(runs["side"][:2]) == ["this trainer", "Megatron-LM"] and len(runs) == 8
+    assert list(perf_peer.peer_losses(runs)) == [
+        "this trainer, eager",
+        "Megatron-LM, eager",
+        "this trainer, CUDA graphs",
+        "Megatron-LM, CUDA graphs",
+    ]
+    assert len(perf_peer.peer_figure(g).data) == 2
+    with pytest.raises(LookupError, match="lacks megatron-lm"):
+        perf_peer.peer_group(_pair_store(tmp_path / "one", sides={"megalab"}), "H200")
+
+
+def test_the_recorded_fair_pair():
+    """The committed perf.peer group: one host and commit, the fusion off on both sides, three
+    rounds; ours the shorter step in both modes, every run apart; the graphed trainer profiled."""
+    g = perf_peer.peer_group(None, "H200")
+    assert all(c.grad_accum_fusion == "off" for c in g["cfg"]) and set(g["runs"]) == {3}
+    pair = perf_peer.peer_pair(g)
+    assert (pair["ratio_hi"] < 1).all() and pair["apart"].all()
+    assert pair["ours_busy"].notna().sum() == 1 and 0.7 < pair["ours_busy"].max() < 1

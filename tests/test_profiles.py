@@ -162,3 +162,23 @@ def test_side_kernels_reads_each_sides_compute_and_ring_from_its_profile():
             assert sides[who]["ring_ms"] == max(profiles.nccl_streams(r["profile"]).values())
             assert 0 < sides[who]["compute_ms"] < sides[who]["step_ms"]
     assert profiles.side_kernels(cfg.replace(seq=4096), "H100") == {}
+
+
+def test_after_last_reads_the_kernels_after_the_last_of_a_kind():
+    """The once-a-step tail: kernels starting after the last GEMM ends, their span from that end
+    and their busy time (overlaps counted once)."""
+    p = _profile(
+        [
+            ["gemm", 0.0, 1.0, 7],
+            ["other", 0.5, 0.2, 7],  # during the GEMMs: not the tail
+            ["gemm", 2.0, 1.0, 7],
+            ["other", 3.0, 0.5, 7],
+            ["other", 3.2, 0.5, 25],  # overlaps the one before
+            ["nccl", 5.0, 1.0, 7],
+        ]
+    )
+    tail = profiles.after_last(p)
+    assert tail["kernels"] == 3 and tail["by_kind"] == {"other": 2, "nccl": 1}
+    assert tail["span_ms"] == pytest.approx(3.0) and tail["busy_ms"] == pytest.approx(1.7)
+    with pytest.raises(ValueError, match="no 'attention' kernel"):
+        profiles.after_last(_profile([["gemm", 0.0, 1.0, 7]]), "attention")

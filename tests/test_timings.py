@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from megalab.records import timings
-from megalab.records.store import Store
+from megalab.records.store import NotRecorded, Store
 
 from run_records import CFG
 from run_records import record as _record
@@ -427,3 +427,46 @@ def test_a_host_string_leaves_out_what_the_record_lacks():
     full = {"env": {"hostname": "vm", "cpu_count": 32, "gpu_name": "NVIDIA H200"}}
     assert timings.host_of(full) == "vm (32 CPUs, NVIDIA H200)"
     assert timings.host_of({}) == "unknown host (?)"
+
+
+def test_where_keeps_a_newer_recording_with_other_settings_out(tmp_path):
+    """A group's tag recorded again with another setting (here the weight-gradient fusion) on a
+    newer host and commit: timings.group reads the newest recording, unless `where` sets it aside;
+    then the newest recording of the runs it accepts is read, the profiled run included."""
+    store = Store(tmp_path)
+    off = [c.replace(grad_accum_fusion="off") for c in (A, B)]
+    for i, c in enumerate(off * 2):
+        store.append(_member(c, 100.0 + 10 * i, f"2030-01-01T00:0{i}:00Z", commit="fair000"))
+    store.append(
+        _member(
+            off[1],
+            200.0,
+            "2030-01-01T00:05:00Z",
+            tags=("group.ch09.demo", "profile"),
+            commit="fair000",
+            profile=60.0,
+        )
+    )
+    newer_host = {**HOST, "cpu_count": 32}
+    for i, c in enumerate((A, B)):
+        store.append(_member(c, 50.0, f"2030-02-01T00:0{i}:00Z", commit="fused00", host=newer_host))
+    assert timings.group(store, "ch09.demo", "H200").attrs["commit"] == "fused00"
+    fair = lambda c: c.grad_accum_fusion == "off"  # noqa: E731
+    g = timings.group(store, "ch09.demo", "H200", where=fair)
+    assert g.attrs["commit"] == "fair000" and list(g["runs"]) == [2, 2]
+    assert (
+        all(c.grad_accum_fusion == "off" for c in g["cfg"]) and g.attrs["profiled"] == off[1].label
+    )
+    runs, profiled = timings.group_runs(store, "ch09.demo", "H200", where=fair)
+    assert len(runs) == 4 and profiled["git_commit"] == "fair000"
+    with pytest.raises(NotRecorded):
+        timings.group(store, "ch09.demo", "H200", where=lambda c: c.tp > 8)
+
+
+def test_a_missing_group_names_the_command_that_prints_its_lines(tmp_path):
+    from megalab.records.store import NotRecorded
+
+    with pytest.raises(NotRecorded, match="`megalab experiments performance`"):
+        timings.group_runs(tmp_path, "perf.peer", "H200")
+    with pytest.raises(NotRecorded, match="`megalab experiments ch05`"):
+        timings.group_runs(tmp_path, "ch05.m-sweep", "H200")

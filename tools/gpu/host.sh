@@ -40,10 +40,11 @@ export MEGALAB_RESULTS=${OUT:-/tmp/out}
 mkdir -p "$MEGALAB_RESULTS"
 # seed the store with the committed records, so auto-mode fits and parity reuse what is recorded
 # (back home, `megalab results --import` skips the records it already has); an earlier call on this host
-# left its store in $kept: that copy goes first, so a plan spanning two calls does not repeat its probes
+# left its store in $kept: that copy goes first, so a plan spanning two calls does not repeat its probes;
+# results/ is merged in (a later call may bring it whole, for a live reproduction)
 kept=/tmp/megalab-store
 cp -n $kept/*.jsonl "$MEGALAB_RESULTS"/ 2>/dev/null
-cp -n results/*.jsonl "$MEGALAB_RESULTS"/ 2>/dev/null
+python3 tools/gpu/merge_store.py results "$MEGALAB_RESULTS"  # adds what the host's copy lacks
 if [ "$part" = c ] && [ ! -f $prebuilt/torch.version ]; then  # bring the compiled extension home for the next host
   cp $root/dist/transformer_engine_torch-*.whl "$MEGALAB_RESULTS"/ &&
     torch_version > "$MEGALAB_RESULTS"/torch.version

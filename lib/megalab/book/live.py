@@ -206,6 +206,13 @@ class Live:
         """How many runs this reproduction has recorded so far."""
         return len(self.store.load("run", tag=reproductions.tag(self.id)))
 
+    def launch(self) -> str:
+        """'launch to first step: median 14.2 s over 9 runs' of the runs this reproduction made
+        (reproductions.launch), or '' when none has start-up marks."""
+        seconds, n = reproductions.launch(self.id, self.store)
+        return "" if seconds is None else (f"launch to first step: median {seconds:.1f} s over {n} "
+                                           f"runs")
+
     def end(self, event: str) -> dict:
         """Record how this execution ended ("finished", "interrupted" or "failed"), its seconds and
         the runs it launched and read back."""

@@ -405,6 +405,8 @@ def _execute_live(src, dst, nb, parameters, base, quick, fresh, reuse=True) -> s
         run.end(
             "finished" if status == "ok" else "interrupted" if status == INTERRUPTED else "failed"
         )
+        if said := run.launch():
+            print(f"megalab reproduce: {run.id}: {said}", file=sys.stderr)
     return status
 
 

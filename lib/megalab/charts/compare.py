@@ -3,6 +3,8 @@ trade-off between two metrics with its Pareto frontier."""
 
 from __future__ import annotations
 
+import re
+
 import plotly.graph_objects as go
 
 from megalab.charts._style import PALETTE, SYMBOLS, _figure, _split_yours, _yours
@@ -24,7 +26,10 @@ def _wrap_label(text: str, width: int) -> str:
 
 
 def _is_percent(y: str, y_title: str | None) -> bool:
-    return y in PERCENT or "%" in (y_title or "") or "percent" in (y_title or "").lower()
+    """Whether the bars are a share: `y` in PERCENT, or a y_title in % or "percent" (a "95%
+    interval" is a confidence level, not the unit)."""
+    title = re.sub(r"\d+\s*%\s*(confidence\s*)?interval", "", y_title or "")
+    return y in PERCENT or "%" in title or "percent" in title.lower()
 
 
 def _integers(values) -> bool:

@@ -43,6 +43,8 @@ EXIT_GRACE_S = 60
 # Megatron-LM's pretrain() prints it once its last step is logged
 PEER_DONE = "[after training is done]"
 RDZV_PORT = 29500
+# MEGALAB_LAUNCHER=torchrun starts one-node megalab runs under torchrun too (megalab.jobs.spawn)
+LAUNCHER = "MEGALAB_LAUNCHER"
 # Multicast (NVLS) is off on the hosts this book was measured on; NCCL and symmetric memory would
 # otherwise try it and fail or hang at communicator creation.
 FORCED_ENV = {
@@ -67,6 +69,7 @@ DISTRIBUTED_ENV = (
     "MASTER_ADDR",
     "MASTER_PORT",
     "TORCHELASTIC_RUN_ID",
+    "MEGALAB_SPAWNED",
 )
 
 
@@ -132,10 +135,11 @@ def torchrun_command(
     rdzv_id: str | None = None,
     peer_dir: str | os.PathLike | None = None,
 ) -> list[str]:
-    """The argv that starts this run: one node (--standalone) or one node of several (static
-    rendezvous at node 0's host:port: the agent started with node_rank 0 holds global rank 0, whose
-    lines node 0 records; the c10d backend would number the agents by host name and process id
-    instead).
+    """The argv that starts this run: a megalab run on one node under megalab.jobs.spawn (no
+    torchrun agent; MEGALAB_LAUNCHER=torchrun keeps torchrun), the peer on one node under torchrun
+    --standalone, or one node of several under torchrun (static rendezvous at node 0's host:port:
+    the agent started with node_rank 0 holds global rank 0, whose lines node 0 records; the c10d
+    backend would number the agents by host name and process id instead).
 
     torchrun is invoked as `sys.executable -m torch.distributed.run` so the same Python (and venv)
     runs the workers, whatever `torchrun` is on PATH.
@@ -147,6 +151,9 @@ def torchrun_command(
                 f"nnodes"
             )
         nproc_per_node = cfg.gpus // nnodes
+    if nnodes == 1 and cfg.runner == "megalab":
+        rank = ["-m", "megalab.train", *_config_args(cfg), "--run-dir", str(run_dir), *extra]
+        return one_node(nproc_per_node, rank)
     cmd = [sys.executable, "-m", "torch.distributed.run"]
     if nnodes == 1:
         cmd += ["--standalone", f"--nproc_per_node={nproc_per_node}"]
@@ -172,6 +179,16 @@ def torchrun_command(
         profile = peer.profile_args(run_dir) if "--profile" in extra else []
         return cmd + [str(peer.source_dir(peer_dir) / "pretrain_gpt.py"), *peer.args(cfg), *profile]
     return cmd + ["-m", "megalab.train", *_config_args(cfg), "--run-dir", str(run_dir), *extra]
+
+
+def one_node(nproc: int, rank_argv: list[str]) -> list[str]:
+    """The argv that starts `rank_argv` (a rank's Python arguments) as `nproc` ranks on this node:
+    under megalab.jobs.spawn (no torchrun agent to import torch and rendezvous first), or torchrun
+    --standalone where MEGALAB_LAUNCHER=torchrun."""
+    if os.environ.get(LAUNCHER) == "torchrun":
+        standalone = ["--standalone", f"--nproc_per_node={nproc}"]
+        return [sys.executable, "-m", "torch.distributed.run", *standalone, *rank_argv]
+    return [sys.executable, "-m", "megalab.jobs.spawn", f"--nproc={nproc}", "--", *rank_argv]
 
 
 def child_env(env: dict | None = None, first: Path = LIB_DIR) -> dict:

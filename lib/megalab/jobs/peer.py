@@ -11,7 +11,9 @@ same fusions where Megatron-LM has a flag for them, speed counted with megalab's
 One fusion differs unless the config says otherwise: at grad_accum_fusion auto the trainer
 accumulates weight gradients inside TE's GEMMs and the peer runs --no-gradient-accumulation-fusion
 (its output layer needs Apex for the fusion); grad_accum_fusion off (or on, where Apex is installed)
-makes both sides the same, as the performance page's pair perf.peer does.
+makes both sides the same, as the performance page's pair perf.peer does. `sides(cfg)` is the
+table of what is the same on both sides of a pair and what is not, read from this module's flags
+and the trainer's wiring.
 
 Megatron-LM is found at --megatron-lm PATH, else $MEGATRON_LM, else .peer/Megatron-LM in the
 checkout (git clone --depth 1 --branch core_v0.16.1 https://github.com/NVIDIA/Megatron-LM
@@ -366,3 +368,12 @@ def parse_log(
         out.steps[0]["mem_allocated_peak_gib"] = max(a for a, _ in mem.values())
         out.steps[0]["mem_reserved_peak_gib"] = max(r for _, r in mem.values())
     return out
+
+
+# what a pair shares (the performance page's table): megalab.jobs.peer_sides
+from megalab.jobs.peer_sides import (  # noqa: E402, F401
+    MOCK_MAX_LENGTH,
+    fusion_equal,
+    mock_unigram_nats,
+    sides,
+)

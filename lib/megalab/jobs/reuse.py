@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import sys
 import threading
 import time
 from pathlib import Path
@@ -86,13 +85,8 @@ def launch_many(
 
 
 def batch_command(cfgs, batch_file: Path) -> list[str]:
-    """torchrun over megalab.train.batch, one process per GPU of the (shared) world size."""
-    nproc = f"--nproc_per_node={cfgs[0].gpus}"
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", nproc] + [
-        "-m",
-        "megalab.train.batch",
-        str(batch_file),
-    ]
+    """megalab.train.batch as one rank per GPU of the (shared) world size (launch.one_node)."""
+    return launch.one_node(cfgs[0].gpus, ["-m", "megalab.train.batch", str(batch_file)])
 
 
 def launch_batch(cfgs, run_dirs, timeout_s, dry_run=False, env=None, echo=False) -> list:

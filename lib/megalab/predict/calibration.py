@@ -19,18 +19,21 @@ profiler slows steps), not packed beside other runs (they shared the host), not 
 (timings' clean timings: the first run on a fresh host is slow), compiled, Transformer Engine layers
 (the local spec's unfused attention is a different kernel set, which none of the constants
 describes), without CUDA graphs (a graph replays a layer's kernels with one launch: the host floor,
-host_layer, is gone), on one GPU model; the newest record of each configuration (iterations and seed
-aside). Three kinds are kept out:
+host_layer, is gone), the trainer's own weight-gradient fusion (the peer pairs turn it off: the
+model has no term for the unfused add), on one GPU model; the newest record of each configuration
+(iterations and seed aside). Three kinds are kept out:
 - chapter 07's case runs (tag CASE_TAG): they test the ranking the model makes, so they never fit
 it;
 - repeats made for another comparison (records.REPEAT_TAGS: chapter 03's back-to-back spread, the
 CUDA-graph
   pairs): the configuration's own record, the one its chapter reads, counts;
-- multi-GPU runs of a second host of the same GPU model (`reference_link`: the link its probe
-reported
-  differs from the one most multi-GPU records report). host_layer is one host's constant: a second
-  2×H200 host (probe: "none", 32 CPU cores against 64) ran gpt-1.2b at CP 2 and 8k tokens in 448 ms,
-  where the 4×H200 host that made most records ran it in 202 ms.
+- multi-GPU runs of a second host of the same GPU model, as far as its link tells it apart
+  (`reference_link`: the link its probe reported differs from the one most multi-GPU records
+  report). host_layer is one host's constant: a second 2×H200 host (probe: "none", 32 CPU cores
+  against 64) ran gpt-1.2b at CP 2 and 8k tokens in 448 ms, where the 4×H200 host that made most
+  records ran it in 202 ms. Since env reads NV# links, 2×H200 hosts report the 4×H200 host's
+  "NVLink (NV18)": their eager multi-GPU runs (chapter 3's gpt-8.3b groups, GPU-bound) now fit too.
+  Telling hosts apart by CPU count as well (env cpu_count) would set them aside.
 
 The model and its six constants are `step_model`'s. They are fitted by least squares on
 log(predicted / measured) step time: a 30 ms step and an 8 s step count alike, an error of ×2 weighs
@@ -164,6 +167,7 @@ def usable_records(store=None, gpu: str = "H200") -> list[dict]:
         and cfg.impl == "te"
         and not cfg.problems()
         and cfg.cuda_graphs == "none"
+        and cfg.grad_accum_fusion == "auto"
     ]
 
 

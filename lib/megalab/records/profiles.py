@@ -61,6 +61,7 @@ __all__ = [
     "schedule_summary",
     "nccl_kernels",
     "rank_times",
+    "after_last",
 ]
 
 from collections.abc import Iterable
@@ -380,6 +381,28 @@ def schedule_summary(profile: dict) -> dict:
         "span_s": t["span_s"].iloc[0],
         "span_ideal_s": max(x["end_s"] for x in schedule_ideal(profile)),
         "in_order": all(t.loc[s, "order"] == stage_order(len(t), m, v, s) for s in t.index),
+    }
+
+
+def after_last(profile: dict, category: str = "gemm") -> dict:
+    """The step's kernels that start after its last kernel of `category` ends (after the last
+    backward matrix multiply: the once-a-step work of gradients and optimizer): kernels (count),
+    span_ms (from that end to the step's last kernel's end), busy_ms (the union of their
+    intervals) and by_kind (kernels per kind)."""
+    k = timeline(profile)
+    mine = k[k["category"] == category]
+    if mine.empty:
+        raise ValueError(f"after_last: the profiled step has no {category!r} kernel")
+    start = float((mine["start_ms"] + mine["duration_ms"]).max())
+    tail = k[k["start_ms"] >= start]
+    spans = zip(tail["start_ms"], tail["duration_ms"])
+    return {
+        "kernels": len(tail),
+        "span_ms": float((tail["start_ms"] + tail["duration_ms"]).max() - start)
+        if len(tail)
+        else 0.0,
+        "busy_ms": sum(b - a for a, b in _merged(spans)),
+        "by_kind": tail["category"].value_counts().to_dict(),
     }
 
 

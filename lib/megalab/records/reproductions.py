@@ -119,6 +119,23 @@ def unfinished(page: str, gpus: int, mode: str, quick: bool = False, store=None)
     return open_[-1] if open_ else None
 
 
+def launch(reproductions, store=None) -> tuple[float | None, int]:
+    """(median seconds from launch to the end of the first step, runs counted) over the trained
+    runs the reproductions (ids) made, from their records' start-up marks (summary.startup_s):
+    issue 48's launch measure. (None, 0) when none has one."""
+    from statistics import median
+
+    from megalab.records.store import as_store
+
+    tags = {tag(r) for r in ([reproductions] if isinstance(reproductions, str) else reproductions)}
+    seconds = [
+        r["summary"]["startup_s"]
+        for r in as_store(store).load("run")
+        if tags & set(r.get("tags") or ()) and (r.get("summary") or {}).get("startup_s") is not None
+    ]
+    return (float(median(seconds)) if seconds else None), len(seconds)
+
+
 @dataclass(frozen=True)
 class WallTime:
     """How long a live reproduction of a page took: `seconds` is None when none finished."""
@@ -132,6 +149,7 @@ class WallTime:
     launched: int = 0
     read_back: int = 0
     executions: int = 0
+    launch_s: float | None = None  # median launch to first step over its runs (launch)
     # where none finished: the time the recorded runs' start-up and steps predict (live.estimate),
     # and the GPU model they were recorded on
     estimated_s: float | None = None
@@ -166,7 +184,13 @@ class WallTime:
             text = (
                 f"{how} live reproduction on {self.gpus} × {self.gpu_name or 'GPU'}: "
                 f"{self.minutes:.0f} minutes ({self.launched} runs launched, {self.read_back} read "
-                "back from the records)."
+                "back from the records"
+                + (
+                    f"; launch to first step {self.launch_s:.0f} s, the median"
+                    if self.launch_s is not None
+                    else ""
+                )
+                + ")."
             )
         return textwrap.fill(text, 88, break_on_hyphens=False)
 
@@ -208,4 +232,5 @@ def wall_time(
         launched=sum(r.get("launched") or 0 for r in ends),
         read_back=sum(r.get("read_back") or 0 for r in done if r["reproduction"] in ids),
         executions=len(ends),
+        launch_s=launch(ids, store)[0],
     )

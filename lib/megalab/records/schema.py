@@ -54,10 +54,10 @@ ENV_FIELDS = (
 )
 
 
-# repeats of a configuration made for another comparison (back-to-back runs of
-REPEAT_TAGS = ("spread", "graphs")
-# one step, CUDA-graph pairs): results.select and the calibration read a
-# configuration's own records first (is_repeat)
+# repeats of a configuration made for another comparison (back-to-back runs of one step, CUDA-graph
+# pairs) or to check the launcher (tools/gpu/reuse_check.py, launch_check.py): results.select and
+# the calibration read a configuration's own records first (is_repeat)
+REPEAT_TAGS = ("spread", "graphs", "reuse-check", "launch-check")
 
 
 # a plan's first run on a fresh host (tools/gpu/pack.py's `warmup!` line): it warms the host (the

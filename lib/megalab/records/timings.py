@@ -31,6 +31,7 @@ __all__ = [
     "repeats",
     "by_trainer",
     "side_of",
+    "steps_ms",
     "side_by_side",
     "graph_call",
     "NotOneGroup",
@@ -104,7 +105,7 @@ def side_of(cfg) -> tuple[str, object]:
     return ("peer", trainer_config(cfg)) if cfg.runner != "megalab" else ("ours", cfg)
 
 
-def _steps_ms(record) -> list[float]:
+def steps_ms(record) -> list[float]:
     """A record's step times (ms) after warm-up (metrics' policy); none for a record without its
     series."""
     from megalab.metrics import after_warmup
@@ -149,7 +150,7 @@ def side_by_side(store, gpu_model: str, gpus: int, by_sitting: bool = False):
                     "key": (loose_key(ours), commit if by_sitting else ""),
                     "who": who,
                     "cfg": ours,
-                    "steps": _steps_ms(r),
+                    "steps": steps_ms(r),
                     "ms": 1e3 * r["summary"]["step_time_s"],
                     "sitting": sitting,
                     "rev": trainer_revision(r) if who == "ours" else 0,
@@ -351,12 +352,14 @@ def one_group(records) -> str:
 
 
 def group_runs(
-    store, name: str, gpu_model: str, reproduction: str | None = None
+    store, name: str, gpu_model: str, reproduction: str | None = None, where=None
 ) -> tuple[list, dict | None]:
     """([(RunConfig, record), ...] oldest first, the profiled record or None) of the comparison
     group `name` ("ch02.tp" or its tag "group.ch02.tp") on `gpu_model`: ok runs not retracted, from
     its newest recording (the host and commit of its newest record; earlier recordings are set
-    aside). A reader's live reproduction measures the group beside the book's recording: the book's
+    aside). `where(cfg)`, if given, keeps only the runs whose RunConfig it accepts, before the
+    newest recording is chosen: a recording of the tag with other settings is then never read. A
+    reader's live reproduction measures the group beside the book's recording: the book's
     is read unless `reproduction` (its tag, reproductions.tag) names the one to read, or no other
     exists. NotOneGroup if those runs are not one group (one_group); results.NotRecorded if the
     group has no run."""
@@ -369,12 +372,14 @@ def group_runs(
         ((c, r) for c, r in as_store(store).runs_on(gpu_model, "ok") if name in _group_tags(r)),
         key=lambda cr: cr[1].get("recorded_at") or "",
     )
+    if where is not None:
+        found = [(c, r) for c, r in found if where(c)]
     if reproduction is not None:
         found = [(c, r) for c, r in found if reproduction in (r.get("tags") or ())]
     else:
         found = [(c, r) for c, r in found if not is_reproduced(r)] or found
     if not found:
-        chapter = name.split(".", 1)[0]
+        chapter = {"perf": "performance"}.get(*[name.split(".", 1)[0]] * 2)  # the page's name
         raise NotRecorded(
             f"no run of comparison group {name} on {gpu_model}: record it with the group's lines "
             f"of `megalab experiments {chapter}`"
@@ -432,7 +437,7 @@ def tight(step_times, min_timed: int = MIN_TIMED, within: float = TIGHT) -> bool
     return med > 0 and max(hi - med, med - lo) <= within * med
 
 
-def group(store, name: str, gpu_model: str, reproduction: str | None = None):
+def group(store, name: str, gpu_model: str, reproduction: str | None = None, where=None):
     """The comparison group `name` ("ch02.tp") on `gpu_model` (group_runs: one host, commit and
     trainer): a DataFrame, one row per configuration in the order first run, named by its label.
     `cfg`; `runs`; `median_ms`, the median of every step after warm-up of all its runs, `lo_ms` to
@@ -443,19 +448,20 @@ def group(store, name: str, gpu_model: str, reproduction: str | None = None):
     row, its profiled step's GPU-busy time (profiles.gpu_busy) over the median step, at most 1:
     kernels run a little longer under the profiler, so a step the GPU fills can read just over 1
     (`gpu_busy_raw` in attrs keeps that ratio). attrs: name, host, commit, gpu_busy, gpu_busy_raw,
-    profiled (the label), wide (the labels flagged). `reproduction` as for group_runs."""
+    profiled (the label), wide (the labels flagged). `reproduction` and `where` as for
+    group_runs."""
     import numpy as np
     import pandas as pd
     from megalab import theory
     from megalab.records.profiles import gpu_busy
 
-    timed, profiled = group_runs(store, name, gpu_model, reproduction)
+    timed, profiled = group_runs(store, name, gpu_model, reproduction, where)
     rows = {}
     for cfg, r in timed:
         row = rows.setdefault(loose_key(cfg), {"cfg": cfg, "steps": [], "run_ms": [], "peaks": []})
-        row["steps"] += _steps_ms(r)
+        row["steps"] += steps_ms(r)
         row["peaks"].append(r["summary"].get("mem_reserved_peak_gib"))
-        row["run_ms"].append(float(np.median(_steps_ms(r) or [1e3 * r["summary"]["step_time_s"]])))
+        row["run_ms"].append(float(np.median(steps_ms(r) or [1e3 * r["summary"]["step_time_s"]])))
     out = []
     for row in rows.values():
         steps = row.pop("steps") or row["run_ms"]

@@ -23,8 +23,8 @@ def die_with_parent(sig: int = signal.SIGTERM) -> bool:
     (Linux).
 
     A parent already gone is not noticed by the kernel (its death came before the request), so the
-    parent is read before and after: if it changed, or if torchrun's rank finds itself adopted by
-    init (torchrun is never pid 1), `sig` is sent now."""
+    parent is read before and after: if it changed, or if a rank of torchrun or of
+    megalab.jobs.spawn finds itself adopted by init (neither is ever pid 1), `sig` is sent now."""
     if not sys.platform.startswith("linux"):
         return False
     parent = os.getppid()
@@ -34,6 +34,7 @@ def die_with_parent(sig: int = signal.SIGTERM) -> bool:
             return False
     except (OSError, AttributeError):  # no C library to call (a static or unusual interpreter)
         return False
-    if os.getppid() != parent or (parent == 1 and "TORCHELASTIC_RUN_ID" in os.environ):
+    launched = "TORCHELASTIC_RUN_ID" in os.environ or "MEGALAB_SPAWNED" in os.environ
+    if os.getppid() != parent or (parent == 1 and launched):
         os.kill(os.getpid(), sig)
     return True

@@ -41,9 +41,13 @@ __all__ = [
     "bubble_figure",
     "table",
     "m_sweep",
+    "SWEEP",
+    "sweep_fit",
+    "sweep_bars",
 ]
 
 GROUP = "ch05.vpp"  # gpt-1.2b PP 2, m = 8: 1F1B, VPP 2, VPP 4 with CUDA graphs, alternated
+SWEEP = "ch05.m-sweep"  # gpt-1.2b PP 2, 1F1B, micro-batch 4, CUDA graphs: m = 2, 4, 8, 16
 
 
 def layout(cfg) -> str:
@@ -113,6 +117,38 @@ def m_sweep(g):
     out["predicted"] = (1 + out["bubble"]) / (1 + last["bubble"])
     out.attrs.update(gpu_busy=g.attrs.get("gpu_busy"), host=g.attrs.get("host"), p=pp.pop())
     return out
+
+
+def sweep_fit(t) -> dict:
+    """A straight line through m_sweep's medians (least squares), step = per_mb_ms · m + c_ms,
+    beside the bubble formula's, whose c is (p − 1) · per_mb_ms (p − 1 passes' worth of idle):
+    per_mb_ms, c_ms, fixed_ms = c_ms − (p − 1) · per_mb_ms (what a step pays once, whatever m),
+    worst_ms (the line's largest miss of a median) and over, the largest measured ratio over the
+    formula's, less 1."""
+    import numpy as np
+
+    slope, c = np.polyfit(t["m"], t["median_ms"], 1)
+    miss = t["median_ms"] - (slope * t["m"] + c)
+    return {
+        "per_mb_ms": float(slope),
+        "c_ms": float(c),
+        "fixed_ms": float(c - (t.attrs["p"] - 1) * slope),
+        "worst_ms": float(miss.abs().max()),
+        "over": float((t["ratio"] / t["predicted"]).max() - 1),
+    }
+
+
+def sweep_bars(t):
+    """m_sweep's rows as long rows for charts.grouped_bars: "micro-batches m", kind ("measured",
+    "bubble formula"), and "time per micro-batch / m = 16's" (the largest m's; attrs y, that
+    name)."""
+    y = f"time per micro-batch / m = {int(t['m'].iloc[-1])}'s"
+    bars = t.assign(**{"micro-batches m": t["m"].astype(str)}).melt(
+        "micro-batches m", ["ratio", "predicted"], var_name="kind", value_name=y
+    )
+    bars["kind"] = bars["kind"].map({"ratio": "measured", "predicted": "bubble formula"})
+    bars.attrs["y"] = y
+    return bars
 
 
 def measured_schedule(profile: dict) -> list[dict]:

@@ -20,14 +20,15 @@ p), each timed run alone on its host (`megalab experiments ch05 --gpus 4` prints
 
 Comparison groups (`runs()["groups"]`: gpt-1.2b PP 2, micro-batch 4, CUDA graphs, each run alone on
 one host, alternated): `ch05.vpp`, 1F1B against VPP 2 and 4 at m = 8, recorded; `ch05.m-sweep`, 1F1B
-at m = 2, 4, 8, 16 (`SWEEP_M`), three rounds, planned and not recorded yet.
+at m = 2, 4, 8, 16 (`SWEEP_M`), three rounds and a profiled step at m = 2, recorded on a 2× H200
+host.
 
 Queued (`pending`): the rest of the chapter's plan (Shoeybi et al. 2019's gpt-8.3b, 72 layers, with
 Transformer Engine, which theory puts above one H200's memory at micro-batch 1 and well inside it on
 two pipeline stages): PP 8's sweeps, chunk counts, stage alone, profiled steps and layouts; the seed
 tutorial's TP+SP 2 × PP 4 chunk sweep on 8 GPUs (`SEED_VPP`, the one row of its 8× H100 table the
 sweeps do not hold); and parity of the pipelines not recorded yet. The four-GPU plan is recorded
-whole, ch05.m-sweep aside.
+whole.
 """
 
 from __future__ import annotations

@@ -5,10 +5,11 @@ same host and against an external reference, and why the steps of these hosts wa
     perf.mfu_table(g)                                # each configuration's step and MFU, in words
     perf.host_per_kernel(ch00.host_cost(g), 2709)    # host time per kernel the graphs remove (µs)
     perf.pairs({1: one, 2: two, 4: four})            # every side-by-side pair, ours / peer
-    perf.fusion_bound(cfg, hbm_tbs=4.3, host_us=84)  # what the peer's unfused wgrad add can cost
     perf.anchor_table({"4 × H200": four})           # Megatron-LM on an 8×H100 node, beside here
-    perf.parity_checks(records, errata)              # every parity layout's verdict
     perf.startup_phases(records)                     # median seconds per launch phase
+
+The fair pair (this trainer against Megatron-LM in one comparison group) is performance_peer's;
+loss parity, the page's last section, is performance_parity's.
 
 The side-by-side frames are `timings.side_by_side(...)`'s (one row per configuration, or per
 configuration and host with by_sitting). The external reference is TUTORIALS: the Megatron-LM step
@@ -22,19 +23,12 @@ from __future__ import annotations
 __all__ = [
     "TUTORIALS",
     "TUTORIALS_MS",
-    "UNFUSED_BYTES_PER_WEIGHT",
-    "WEIGHTS_PER_LAYER",
     "mfu_table",
     "host_per_kernel",
     "pairs",
     "pair_rows",
     "pair_bars",
-    "fusion_bound",
     "anchor_table",
-    "parity_checks",
-    "parity_table",
-    "stable_parity",
-    "parity_gaps",
     "startup_phases",
 ]
 
@@ -50,13 +44,6 @@ TUTORIALS_MS = {
     ("gpt-2.5b", 2): 273.0,
     ("gpt-4.2b", 4): 310.0,
 }
-# Without the fusion, each weight matrix's gradient is written in bf16 by its GEMM, then added to
-# the fp32 main gradient by a kernel of its own: it reads 2 + 4 bytes and writes 4, per weight and
-# micro-batch (Megatron Core's DDP hook, param.main_grad.add_(param.grad))
-UNFUSED_BYTES_PER_WEIGHT = 10
-# weight matrices per transformer layer whose gradient goes through that add: QKV, the attention's
-# output projection, the MLP's two matrices
-WEIGHTS_PER_LAYER = 4
 
 
 def _words(cfg) -> str:
@@ -127,28 +114,6 @@ def pairs(frames: dict, fusion_from: str | None = None):
     return pd.DataFrame(rows)
 
 
-def fusion_bound(cfg, hbm_tbs: float, host_us: float) -> dict:
-    """What the peer's unfused weight-gradient accumulation can add to one step of cfg: weights
-    (weight-matrix elements per GPU, the layers' attention and MLP parameters over TP and PP), adds
-    (add kernels per step: WEIGHTS_PER_LAYER per layer of the stage and micro-batch), gb (their
-    memory traffic, UNFUSED_BYTES_PER_WEIGHT a weight), gpu_ms (that traffic at `hbm_tbs` TB/s) and
-    host_ms (the adds' launches at `host_us` µs each). An estimate from bytes and launches, not a
-    measurement."""
-    from megalab import theory
-
-    p = theory.params(cfg)
-    weights = (p["attention"] + p["mlp"] + p["experts"]) / (cfg.tp * cfg.pp)
-    adds = WEIGHTS_PER_LAYER * (cfg.layers // cfg.pp) * cfg.num_microbatches
-    gb = UNFUSED_BYTES_PER_WEIGHT * weights * cfg.num_microbatches / 1e9
-    return {
-        "weights": weights,
-        "adds": adds,
-        "gb": gb,
-        "gpu_ms": gb / hbm_tbs,
-        "host_ms": adds * host_us / 1e3,
-    }
-
-
 def anchor_table(frames: dict):
     """Megatron-LM's step on an 8×H100 node (TUTORIALS_MS, eager) beside what the side-by-side
     pairs measured on these hosts (`frames`: {"2 × H100": timings.side_by_side(...)}), for the
@@ -192,81 +157,6 @@ def anchor_table(frames: dict):
                 }
             )
     return pd.DataFrame(rows)
-
-
-# -- loss parity
-# ----------------------------------------------------------------------------------------
-LLAMA = "untied-rope-RMSNorm-swiglu"  # the smooth model's change from the gpt-350m preset
-
-
-def parity_checks(records, errata: dict, parity=None) -> list:
-    """(RunConfig, ParityResult or None, erratum reasons) of every layout recorded with the tag
-    `parity` (the single-GPU references left out), judged by `parity` (default
-    sweep.parity(cfg, mode="cached", quiet=True)); None where no reference is recorded."""
-    from megalab.jobs import sweep
-    from megalab.records.store import NotRecorded
-    from megalab.runs.config import RunConfig
-
-    groups: dict = {}
-    for r in records:
-        if "parity" in (r.get("tags") or []):
-            c = RunConfig.from_dict(r["config"])
-            groups.setdefault(sweep.reference_of(c).key, {})[c.key] = c
-    judge = parity or (lambda c: sweep.parity(c, mode="cached", quiet=True))
-    out = []
-    for ref, cs in groups.items():
-        for key, c in cs.items():
-            if key == ref:
-                continue
-            keys = {c.key, ref}
-            why = sorted({errata[r["id"]] for r in records if r["key"] in keys and r["id"] in errata})
-            try:
-                out.append((c, judge(c), why))
-            except NotRecorded:
-                out.append((c, None, why))
-    return out
-
-
-def parity_table(checked):
-    """One row per checked layout: model, change (from its preset), layout (words), impl, lr,
-    max_diff, band, verdict ('passes', 'fails', 'set aside' for an erratum, 'no reference'),
-    spikes (the reference's spike steps)."""
-    import pandas as pd
-    from megalab.book.frame import describe
-
-    rows = []
-    for c, p, why in checked:
-        verdict = (
-            ("passes" if p.passes else "fails") if p else ("set aside" if why else "no reference")
-        )
-        rows.append(
-            {
-                "model": c.name,
-                "change": c.preset_changes or "as preset",
-                "layout": describe(c),
-                "impl": c.impl,
-                "lr": c.lr,
-                "max_diff": p.max_abs_diff if p else float("nan"),
-                "band": p.band if p else float("nan"),
-                "verdict": verdict,
-                "spikes": len(p.spikes) if p else 0,
-            }
-        )
-    return pd.DataFrame(rows)
-
-
-def stable_parity(checked, impl: str = "local", lr: float = 1e-4) -> list:
-    """(RunConfig, ParityResult) of the Llama-style gpt-350m (LLAMA) at `lr` with layer spec
-    `impl`: the model that trains without loss spikes."""
-    return [
-        (c, p)
-        for c, p, _ in checked
-        if p is not None
-        and c.name == "gpt-350m"
-        and c.preset_changes == LLAMA
-        and c.impl == impl
-        and c.lr == lr
-    ]
 
 
 # -- startup
@@ -380,65 +270,3 @@ def pair_bars(p, title: str = "Our step time over Megatron-LM's, pair by pair"):
     )
     fig.add_vline(x=1, line_dash="dash", line_color="#555555")
     return fig.update_xaxes(range=[float(p["ratio_lo"].min()) - 0.03, right + 0.08])
-
-
-def parity_curves(stable) -> dict:
-    """{name: {"step", "loss"}} for charts.loss_parity: the one-GPU reference of `stable`
-    (stable_parity's pairs) first, then each layout, named in words without the layer spec."""
-    from megalab.book.frame import describe
-
-    if not stable:
-        raise LookupError("no parity layout to draw")
-    ref = stable[0][1].series
-    out = {"1 GPU": {"step": list(ref["step"]), "loss": list(ref["reference"])}}
-    for c, p in stable:
-        name = describe(c.replace(impl="te"))
-        out[name] = {"step": list(p.series["step"]), "loss": list(p.series["layout"])}
-    return out
-
-
-def parity_gaps(pairs, title: str = "Loss minus the one-GPU loss, step by step"):
-    """Each parity layout's loss minus its one-GPU reference, step by step (`pairs`: stable_parity's
-    (RunConfig, ParityResult), Megatron Core's plain layers and Transformer Engine's together), one
-    colour per layer spec, the layout named on hover, inside the ±band (the narrowest of the pairs'
-    bands) a layout must not leave."""
-    from megalab.book.frame import describe
-    from megalab.charts._style import PALETTE, _figure
-
-    if not pairs:
-        raise LookupError("no parity layout to draw")
-    band = min(p.band for _, p in pairs)
-    steps = list(pairs[0][1].series["step"])
-    fig = _figure(
-        title,
-        xaxis_title="step",
-        yaxis_title="loss − one-GPU loss (nats)",
-        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="left", x=0),
-        margin=dict(t=100),
-    )
-    fig.add_scatter(
-        x=steps + steps[::-1],
-        y=[band] * len(steps) + [-band] * len(steps),
-        fill="toself",
-        fillcolor="rgba(31,95,168,0.12)",
-        line=dict(width=0),
-        name=f"±{band:g} nats: the band a layout must stay in",
-        hoverinfo="skip",
-    )
-    specs = {"local": "Megatron Core's plain layers", "te": "Transformer Engine layers"}
-    shown = set()
-    for c, p in pairs:
-        gap = p.series["layout"] - p.series["reference"]
-        fig.add_scatter(
-            x=p.series["step"],
-            y=gap,
-            mode="lines",
-            name=specs.get(c.impl, c.impl),
-            legendgroup=c.impl,
-            showlegend=c.impl not in shown,
-            line=dict(color=PALETTE[1 if c.impl == "te" else 0], width=1.5),
-            hovertext=describe(c.replace(impl="local")),
-            hoverinfo="text+y",
-        )
-        shown.add(c.impl)
-    return fig.update_yaxes(range=[-2 * band, 2 * band], zeroline=True)
