@@ -85,6 +85,7 @@ def test_text_problems_name_what_a_reader_should_not_meet():
         (f"{KEY} ran", "run key"),
         ("median step_time_s over 20 steps", "raw column name"),
         ("MFU NaN %", "NaN"),
+        ("loss nan after step 5", "NaN"),
     ):
         problems = check_html.text_problems(text)
         assert len(problems) == 1 and what in problems[0], (text, problems)
@@ -96,6 +97,8 @@ def test_text_problems_spare_what_a_reader_may_meet():
         "a 4096-token sequence, 1e10 FLOP",
         "see https://github.com/NVIDIA/Megatron-LM/commit/3f9a2c1d5e for the fix",
         "release 0.16.1",
+        "differs: NaN checks none; loss (NaN, Inf) every micro-batch, for NaN and Inf",
+        "--no-check-for-nan-in-loss-and-grad",
         "colour #1f5fa8",
         "B200 and H200, bf16 and fp8",
         "decade 2000000 and deadbeef",

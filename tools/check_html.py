@@ -57,7 +57,11 @@ DIARY = re.compile(r"\b(sessions?|leases?|leased|queued|pending|packed|errata|re
 HASH = re.compile(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b")
 URL = re.compile(r"\b(?:https?://|www\.)\S+")
 RUN_KEY = re.compile(r"\S*_tp\d+_pp\d+_cp\d+\S*")
-NAN = re.compile(r"\b(NaN|nan)\b")
+# a missing value shown as NaN; not the word in a flag (--no-check-for-nan-in-loss-and-grad) or in
+# prose about NaN checks ("NaN checks", "(NaN, Inf)")
+NAN = re.compile(
+    r"(?<![-\w])(NaN|nan)(?![-\w])(?!\s*(checks?\b|,\s*Inf\b|/Inf\b|(and|or)\s+Inf\b))"
+)
 # a number printed with all its float digits (36.279775857925415): a label without a format
 RAW_FLOAT = re.compile(r"\d\.\d{6,}")
 WIDTHS = (1000, 1400)  # viewport widths at which no figure title may be clipped
