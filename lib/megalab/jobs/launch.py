@@ -1,7 +1,10 @@
-"""Start the trainer under torchrun, watch it, and keep everything it printed.
+"""Start the trainer's ranks, watch them, and keep everything they printed.
 
-    launch(cfg)  ->  python -m torch.distributed.run --standalone --nproc_per_node=N \\
+    launch(cfg)  ->  python -m megalab.jobs.spawn --nproc=N -- \\
                          -m megalab.train <config flags> --run-dir runs/<label>-<UTC time>
+
+(one node; torchrun for several nodes, for Megatron-LM's pretrain_gpt.py and where
+MEGALAB_LAUNCHER=torchrun: torchrun_command). Below, "torchrun" is whichever starts the ranks.
 
 The run folder holds config.json, log.txt (stdout and stderr of all ranks, as printed) and
 metrics.jsonl (the metrics lines, see metrics.py). The child runs in its own session so a timeout
