@@ -20,7 +20,7 @@ import math
 
 from megalab.runs.axes import AXES
 
-__all__ = ["REWRITTEN", "REWRITTEN_PAGES", "describe", "megatron_box", "box_flags", "command", "table"]
+__all__ = ["REWRITTEN", "REWRITTEN_PAGES", "describe", "megatron_box", "box_flags", "command", "table", "refusal"]
 
 # chapters held to the reader-path budgets (tests/test_book_text.py)
 REWRITTEN = ("00", "01", "02", "03", "04", "05", "06", "07")
@@ -424,3 +424,17 @@ def table(df, columns: dict, digits: dict | None = None, missing: str = "–"):
         elif pd.api.types.is_integer_dtype(values):
             fmt[header] = "{:,}"
     return out.style.format(fmt, na_rep=missing).hide(axis="index")
+
+
+# Megatron-LM's names for the RunConfig fields a refused layout's message may name
+_FLAGS = {"cp_comm": "--cp-comm-type"}
+
+
+def refusal(error, width: int = 88) -> str:
+    """A refused layout's message (megalab.InvalidLayout) with Megatron-LM's flag names for the
+    library's field names, wrapped to `width` columns so that no line is cut on the page."""
+    import re
+    import textwrap
+
+    text = re.sub(r"\b(\w+)\b", lambda m: _FLAGS.get(m.group(1), m.group(1)), str(error))
+    return textwrap.fill(text, width, break_on_hyphens=False)

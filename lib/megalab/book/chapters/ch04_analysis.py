@@ -140,18 +140,7 @@ def oom_rows(one_gpu, cp_runs):
     return out.sort_values(["series", "seq"], kind="stable").reset_index(drop=True)
 
 
-# Megatron-LM's names for the RunConfig fields a refused layout's message may name
-_FLAGS = {"cp_comm": "--cp-comm-type"}
-
-
-def refusal(error, width: int = 88) -> str:
-    """A refused layout's message (megalab.InvalidLayout) with Megatron-LM's flag names for the
-    library's field names, wrapped to `width` columns so that no line is cut on the page."""
-    import re
-    import textwrap
-
-    text = re.sub(r"\b(\w+)\b", lambda m: _FLAGS.get(m.group(1), m.group(1)), str(error))
-    return textwrap.fill(text, width, break_on_hyphens=False)
+from megalab.book.frame import refusal  # noqa: E402, F401  (a refused layout, worded)
 
 
 def longest(one, fits: dict, card: str, cps=(1, 2, 4, 8), step: int = 2048):
