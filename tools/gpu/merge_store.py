@@ -28,8 +28,8 @@ def merge(src: Path, dst: Path) -> dict[str, int]:
     added = {}
     for f in sorted(src.glob("*.jsonl")):
         target = dst / f.name
-        have = target.read_text().splitlines() if target.exists() else []
-        known = {_identity(line) for line in have if line.strip()}
+        text = target.read_text() if target.exists() else ""
+        known = {_identity(line) for line in text.splitlines() if line.strip()}
         new = [
             line
             for line in f.read_text().splitlines()
@@ -37,7 +37,7 @@ def merge(src: Path, dst: Path) -> dict[str, int]:
         ]
         if new:
             with target.open("a") as out:
-                if have and not target.read_text().endswith("\n"):
+                if text and not text.endswith("\n"):
                     out.write("\n")
                 out.write("\n".join(new) + "\n")
         added[f.name] = len(new)

@@ -395,13 +395,12 @@ def after_last(profile: dict, category: str = "gemm") -> dict:
         raise ValueError(f"after_last: the profiled step has no {category!r} kernel")
     start = float((mine["start_ms"] + mine["duration_ms"]).max())
     tail = k[k["start_ms"] >= start]
-    spans = zip(tail["start_ms"], tail["duration_ms"])
     return {
         "kernels": len(tail),
         "span_ms": float((tail["start_ms"] + tail["duration_ms"]).max() - start)
         if len(tail)
         else 0.0,
-        "busy_ms": sum(b - a for a, b in _merged(spans)),
+        "busy_ms": 1e3 * union_seconds(zip(tail["start_ms"], tail["duration_ms"])),
         "by_kind": tail["category"].value_counts().to_dict(),
     }
 

@@ -379,7 +379,8 @@ def group_runs(
     else:
         found = [(c, r) for c, r in found if not is_reproduced(r)] or found
     if not found:
-        chapter = {"perf": "performance"}.get(*[name.split(".", 1)[0]] * 2)  # the page's name
+        chapter = name.split(".", 1)[0]
+        chapter = "performance" if chapter == "perf" else chapter  # the page's name
         raise NotRecorded(
             f"no run of comparison group {name} on {gpu_model}: record it with the group's lines "
             f"of `megalab experiments {chapter}`"
