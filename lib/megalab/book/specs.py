@@ -235,7 +235,10 @@ class Group:
         ran something already: the host is warm), the configurations alternated `rounds` times
         (in a quick reproduction once, each run stopping on a tight median: quick_runs), the
         profiled run; then this recording is the one read. An
-        interrupted measurement resumes under its reproduction."""
+        interrupted measurement resumes under its reproduction. A reproduction's recording that
+        lacks some of the book's configurations (wider than its machine) gives way to the book's,
+        marked, with yours beside it (megalab.book.beside.with_reference)."""
+        from megalab.book.beside import with_reference
         from megalab.jobs import reproduction
         from megalab.jobs.running import NotRecorded, _local_hardware
         from megalab.jobs.running import run as run_one
@@ -258,7 +261,14 @@ class Group:
         for cfg, tags, profile in self._runs(1 if quick else self.rounds, not warm, quick):
             got = run_one(cfg, "live", tags, store, exclude=done, quiet=quiet, profile=profile)
             done.append(got.record["id"])
-        return group(store, self.name, here, within.tag if within else None)
+        if within is None:
+            return group(store, self.name, here)
+        mine = group(store, self.name, here, within.tag)
+        try:  # fewer GPUs than the book's: its recording answers, yours beside it
+            book = group(store, self.name, gpu)
+        except NotRecorded:
+            return mine
+        return with_reference(mine, book, within.tag, here)
 
     def quick_runs(self) -> list[RunConfig]:
         """What a quick reproduction launches (Group.run): the warm-up and each configuration, each

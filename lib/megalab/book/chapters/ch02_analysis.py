@@ -6,6 +6,7 @@ a tensor-parallel step goes, and memory per GPU against theory.
     ch02_analysis.strong_scaling(g)              # gpt-1.2b, batch 8, on 1, 2, 4 GPUs; Table 8
     ch02_analysis.weak_scaling(g)                # Table 1's models, batch 8; the paper's Fig. 5
     ch02_analysis.beside_paper(df, "speedup", "paper_speedup")   # rows for charts.grouped_bars
+    ch02_analysis.weak_bars(weak)                # the weak-scaling bars, each layout with its model
     ch02_analysis.eager_vs_graphs(g)             # one TP run launched eagerly and from CUDA graphs
     ch02_analysis.step_parts(g, profile, busbw)  # the profiled TP step: compute, all-reduces, waits
     ch02_analysis.timeline(profile, title)       # its kernels, the long NCCL waits marked
@@ -16,7 +17,9 @@ a tensor-parallel step goes, and memory per GPU against theory.
 
 The group's rows are told apart by their configuration: gpt-1.2b with CUDA graphs at every TP size
 (strong scaling), Table 1's model for each TP size with CUDA graphs (weak scaling; TP 1 is gpt-1.2b
-in both), and any run without CUDA graphs (eager).
+in both), and any run without CUDA graphs (eager). Where a reader's reproduction re-measured only
+part of the group (megalab.book.beside: fewer GPUs than the book's), the scaling tables are the
+book's and carry the reader's own rows in attrs["yours"]; beside_paper draws them as a third bar.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ __all__ = [
     "strong_scaling",
     "weak_scaling",
     "beside_paper",
+    "weak_bars",
     "eager_vs_graphs",
     "step_parts",
     "timeline",
@@ -128,7 +132,7 @@ def strong_scaling(g):
     out["interval"] = interval_text(out["lo_ms"], out["hi_ms"])
     out["speedup"] = out["median_ms"].iloc[0] / out["median_ms"]
     out["paper_speedup"] = [PAPER_STRONG_SPEEDUP.get(t, float("nan")) for t in out["tp"]]
-    return out.reset_index(drop=True)
+    return _with_yours(out.reset_index(drop=True), g, strong_scaling)
 
 
 def weak_scaling(g):
@@ -154,7 +158,18 @@ def weak_scaling(g):
     )
     out["efficiency"] = out["tflops"] / out["tflops"].iloc[0]
     out["paper_efficiency"] = [PAPER_WEAK_EFFICIENCY.get(t, float("nan")) for t in out["tp"]]
-    return out.reset_index(drop=True)
+    return _with_yours(out.reset_index(drop=True), g, weak_scaling)
+
+
+def _with_yours(out, g, table):
+    """`out`, with attrs["yours"]: the rows `table` makes of the reader's own recording behind a
+    partial group `g` (megalab.book.beside), as records; none otherwise."""
+    from megalab.book import beside
+
+    mine = beside.yours(g)
+    if mine is not None:
+        out.attrs["yours"] = table(mine).drop(columns="cfg", errors="ignore").to_dict("records")
+    return out
 
 
 def beside_paper(df, value: str, paper: str, x: str = "layout"):
@@ -163,9 +178,23 @@ def beside_paper(df, value: str, paper: str, x: str = "layout"):
     value column."""
     import pandas as pd
 
+    from megalab.book.beside import YOURS
+
     ours = pd.DataFrame({x: df[x], "who": MEASURED, value: df[value]})
     theirs = pd.DataFrame({x: df[x], "who": PAPER_NAME, value: df[paper]})
-    return pd.concat([ours, theirs], ignore_index=True)
+    yours = df.attrs.get("yours")
+    mine = [pd.DataFrame(yours).assign(who=YOURS)[[x, "who", value]]] if yours else []
+    return pd.concat([ours, *mine, theirs], ignore_index=True)
+
+
+def weak_bars(wk):
+    """beside_paper's rows for weak_scaling's table `wk`, each layout named with its model
+    ('gpt-2.5b, TP 2'): Table 1 scales the model with the GPUs."""
+    named = lambda rows: [f"{r['model']}, {r['layout']}" for r in rows]  # noqa: E731
+    yours = wk.attrs.get("yours") or []
+    bars = wk.assign(layout=named(wk.to_dict("records")))
+    bars.attrs["yours"] = [{**r, "layout": n} for r, n in zip(yours, named(yours))]
+    return beside_paper(bars, "efficiency", "paper_efficiency")
 
 
 def eager_vs_graphs(g):

@@ -1,0 +1,99 @@
+"""A reader's reproduction beside the book's reference, where it measured only part of a figure.
+
+A live reproduction on fewer GPUs than the book's (`megalab reproduce ch02 --mode live --quick
+--gpus 2`) re-measures a comparison group's configurations that fit its machine; the wider ones
+(TP 4 on a 2-GPU host) it cannot. The page's claims, glued values and hidden checks read the
+whole figure, so there the book's recording answers (Group.run), and the reader's points stand
+beside it:
+
+    g = group.run(mode, gpu)         # the book's recording where yours lacks some of its points
+    beside.partial(g)                 # True then
+    beside.yours(g)                   # your recording of the group (timings.group), or None
+    beside.note(g, ...)               # one line: what your GPUs re-measured, what they did not
+
+A group your GPUs measured whole (a 4-GPU reproduction of a 4-GPU chapter) is your recording, as
+before: nothing here changes it.
+"""
+
+from __future__ import annotations
+
+__all__ = ["YOURS", "with_reference", "partial", "yours", "note", "show"]
+
+YOURS = "measured: your GPUs"  # the reader's bars beside the book's, in a figure's legend
+
+
+def with_reference(mine, book, reproduction: str, gpu_model: str):
+    """`mine` (a reader's recording of a group, timings.group) when it has every configuration
+    `book` (the book's recording) has; else `book`, marked: attrs["yours"] says where yours is
+    (its reproduction tag and GPU model: yours() reads it back) and which of its configurations
+    it re-measured; attrs["not_remeasured"] lists the book's configurations it did not (labels).
+    """
+    from megalab.records.timings import loose_key
+
+    measured = {loose_key(c) for c in mine["cfg"]}
+    missing = [label for label, c in book["cfg"].items() if loose_key(c) not in measured]
+    if not missing:
+        return mine
+    out = book.copy()
+    out.attrs = {
+        **book.attrs,
+        "yours": {
+            "reproduction": reproduction,
+            "gpu": gpu_model,
+            "measured": [str(label) for label in mine.index],
+        },
+        "not_remeasured": [str(label) for label in missing],
+    }
+    return out
+
+
+def partial(g) -> bool:
+    """Whether `g` is the book's recording standing for a reader's partial one
+    (with_reference)."""
+    return bool(g.attrs.get("not_remeasured"))
+
+
+def yours(g, store=None):
+    """The reader's own recording behind a partial group `g` (timings.group of its reproduction),
+    or None when `g` is not partial."""
+    from megalab.records.timings import group
+
+    if not partial(g):
+        return None
+    mark = g.attrs["yours"]
+    return group(store, g.attrs["name"], mark["gpu"], mark["reproduction"])
+
+
+def _words(cfg) -> str:
+    from megalab.book.frame import describe
+
+    eager = cfg.cuda_graphs == "none"
+    return f"{cfg.name} {describe(cfg.replace(cuda_graphs='none'))}" + (" eager" if eager else "")
+
+
+def note(*groups) -> str:
+    """One line for the page where any of `groups` is partial: what the reader's GPUs re-measured
+    and what the book's records answer for (wider than the reader's machine); '' otherwise."""
+    said, kept = [], []
+    for g in groups:
+        if not partial(g):
+            continue
+        cfgs = dict(g["cfg"].items())
+        mine = yours(g)
+        said += [_words(c) for c in mine["cfg"]] if mine is not None else []
+        kept += [_words(cfgs[label]) for label in g.attrs["not_remeasured"]]
+    if not kept:
+        return ""
+    said, kept = list(dict.fromkeys(said)), list(dict.fromkeys(kept))
+    return (
+        f"Your GPUs re-measured {', '.join(said) or 'none of these points'}; the book's records "
+        f"answer for {', '.join(kept)} (wider than your machine): the numbers below are the "
+        f"book's, with yours beside them (\u201c{YOURS}\u201d) where a figure shows your layout."
+    )
+
+
+def show(*groups) -> None:
+    """Print note(*groups) where there is one (a cell of the page; nothing in the book's own
+    execution)."""
+    if said := note(*groups):
+        print(said)
