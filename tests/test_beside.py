@@ -17,7 +17,7 @@ from megalab.book.specs import Group
 from megalab.jobs import reproduction
 from megalab.jobs import running as results
 from megalab.records import reproductions
-from megalab.records.store import Store
+from megalab.records.store import NotRecorded, Store
 
 from run_records import CFG, record
 
@@ -84,6 +84,17 @@ def test_a_whole_reproduction_is_the_readers_own(store, monkeypatch):
         g = GROUP.run("auto", store=store)
     assert list(g["runs"]) == [1, 1, 1] and not beside.partial(g)
     assert beside.yours(g) is None and beside.note(g) == ""
+
+
+def test_a_run_wider_than_the_reproductions_gpus_is_read_not_launched(store, monkeypatch):
+    launched = _fake_launches(monkeypatch, 4)  # a 4-GPU machine, a reproduction on 2 of them
+    with reproduction.active("q"):
+        got = results.run(WIDE, "live", store=store, quiet=True)  # even asked live
+        with pytest.raises(NotRecorded):
+            results.run(WIDE.replace(mbs=8), "live", store=store, quiet=True)
+        assert list(NARROW.run("auto", store=store)["runs"]) == [2, 2, 2]  # 2 GPUs: NARROW's
+    assert got.source == "cached" and got.record["git_commit"] == "0ld"
+    assert WIDE.key not in launched and len(launched) == 4
 
 
 def _cells(path: Path):

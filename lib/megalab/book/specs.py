@@ -246,9 +246,11 @@ class Group:
         from megalab.records.timings import group
 
         here, count, _ = _local_hardware() if mode != "cached" else (None, 0, False)
+        within = reproduction.current(store) if here else None
+        if within is not None and within.gpus:
+            count = min(count, within.gpus)  # a reproduction on some of this machine's GPUs
         if not here or count < self.warmup.gpus:  # no GPUs, or too few: the records answer
             return group(store, self.name, gpu)
-        within = reproduction.current(store)
         quick = within is not None and all(map(within.defines, self.quick_runs()))
         if mode == "auto" and not quick:
             try:

@@ -10,7 +10,9 @@ notebook's kernel. Then `run`, in live or auto mode:
 - in a quick reproduction, answers a configuration that is not one of its figures' defining points
   (the started record's `quick_keys`) from the store, when recorded, and measures the defining
   points live (in auto mode too, where this machine's GPU model has a record of them) when this
-  machine has the GPUs.
+  machine has the GPUs;
+- answers a configuration wider than the reproduction's GPUs (`--gpus 2`, a page showing TP 4)
+  from the store, never launching it (megalab.book.beside: the book's points, the reader's beside).
 Outside a reproduction (the variable unset) nothing changes.
 """
 
@@ -23,11 +25,13 @@ ENV = "MEGALAB_REPRODUCTION"
 
 
 class Context:
-    """One execution of a reproduction: its id, its quick keys, the records handed out so far."""
+    """One execution of a reproduction: its id, its quick keys, its GPUs (None: not said), the
+    records handed out so far."""
 
-    def __init__(self, reproduction: str, quick_keys=None):
+    def __init__(self, reproduction: str, quick_keys=None, gpus: int | None = None):
         self.id = reproduction
         self.quick_keys = None if quick_keys is None else frozenset(quick_keys)
+        self.gpus = gpus
         self.handed: set[str] = set()
 
     @property
@@ -54,6 +58,10 @@ class Context:
         """Whether a quick reproduction re-measures `cfg` (one of its figures' defining points)."""
         return self.quick_keys is not None and cfg.key in self.quick_keys
 
+    def wider(self, cfg) -> bool:
+        """Whether `cfg` needs more GPUs than this reproduction has: the records answer for it."""
+        return self.gpus is not None and cfg.gpus > self.gpus
+
     def skips(self, cfg) -> bool:
         """Whether a quick reproduction leaves `cfg` to the records (not a defining point)."""
         return self.quick_keys is not None and cfg.key not in self.quick_keys
@@ -73,7 +81,7 @@ def current(store=None) -> Context | None:
 
         first = started(name, store) or {}
         quick = first.get("quick_keys") if first.get("quick") else None
-        _CURRENT = Context(name, quick)
+        _CURRENT = Context(name, quick, first.get("gpus"))
     return _CURRENT
 
 

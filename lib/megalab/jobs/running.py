@@ -276,7 +276,8 @@ def run(
     `exclude` skips record ids (parity uses it to read distinct repeats). `launch_kw` goes to
     launch.launch (nnodes, node_rank, rdzv_endpoint, extra trainer flags such as --profile).
     Under a live reproduction (megalab.jobs.reproduction) a run it already measured is read back,
-    not launched again, and a quick one launches only its figures' defining points.
+    not launched again, a quick one launches only its figures' defining points, and a run wider
+    than its GPUs is read from the records.
     `gpu` (e.g. "H100") reads only records made on that GPU model as the reference. `profile` runs
     with torch.profiler over a few steps (the record keeps the kernel timeline), or reads such a
     run. Prints one line saying which source answered when it is not a record read back (a run
@@ -290,11 +291,13 @@ def run(
     if within is not None:
         if (mine := within.measured(cfg, store, exclude, profile)) is not None:
             return Result(mine, "live")  # measured by this reproduction before it was cut short
-        if within.skips(cfg):  # a quick reproduction: not one of its figures' defining points
+        # a quick reproduction: not one of its figures' defining points; or wider than its GPUs
+        if within.skips(cfg) or within.wider(cfg):
             try:
                 return run(cfg, "cached", tags, store, exclude=exclude, gpu=gpu, profile=profile)
             except NotRecorded:
-                pass
+                if within.wider(cfg):
+                    raise
         tags = [*tags, within.tag]
     gpu_name, gpus, te = _local_hardware() if mode != "cached" else (None, 0, False)
     if within is not None and within.defines(cfg) and gpus >= cfg.gpus:
