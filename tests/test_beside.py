@@ -1,8 +1,8 @@
 """megalab.book.beside: a reader's reproduction on fewer GPUs than the book's re-measures part of a
 comparison group; the book's recording answers for the page, the reader's points beside it. The
-chapter 02 notebook runs as `megalab reproduce ch02 --mode live --quick --gpus 2` ran it on a
-2-GPU H200 host, against the committed records of that reproduction (no GPU: its runs are read
-back, the ones it had not reached yet are faked)."""
+chapter 01 and 02 notebooks run as `megalab reproduce chNN --mode live --quick --gpus 2` ran them
+on a 2-GPU H200 host, against the committed records of those reproductions (no GPU: their runs are
+read back, the ones they had not reached are faked)."""
 
 import copy
 import json
@@ -25,6 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "book" / "02_tensor_parallel" / "tensor_parallel.ipynb"
 # the quick reproduction of chapter 02 on 2x H200 whose notebook failed on a TP 4 row
 CH02_2GPU = "02_tensor_parallel/tensor_parallel.2gpu.20261129T005932Z.1d06"
+CH01 = ROOT / "book" / "01_data_parallel" / "data_parallel.ipynb"
+CH01_2GPU = "01_data_parallel/data_parallel.2gpu.20261129T011125Z.14da"  # interrupted
 
 WIDE = CFG.replace(gpus=4, tp=4)
 GROUP = Group("t.g", [CFG, CFG.replace(mbs=4), WIDE], profiled=1)  # the book's, on 4 GPUs
@@ -72,7 +74,9 @@ def test_a_partial_reproduction_gives_way_to_the_books_recording(store, monkeypa
     assert list(g["runs"]) == [2, 2, 2] and beside.partial(g)  # the book's: two rounds, 4 GPUs
     assert g.attrs["not_remeasured"] == [WIDE.label]
     assert list(mine["runs"]) == [1, 1] and not beside.partial(mine)
-    assert said.startswith("Your GPUs re-measured gpt-test TP 2") and "TP 4" in said
+    layers = "plain (non-TE) layers, eager, global batch 8"
+    assert said.startswith(f"Your GPUs re-measured gpt-test, TP 2, {layers} (500 ms a step, the ")
+    assert f"did not: gpt-test, TP 4, {layers}." in said
 
 
 def test_a_whole_reproduction_is_the_readers_own(store, monkeypatch):
@@ -108,24 +112,29 @@ def _cells(path: Path):
             yield cell.get("id"), src
 
 
+def _execute(notebook: Path, reproduction_id: str, tmp_path, monkeypatch) -> tuple[dict, set, list]:
+    """Run `notebook`'s cells in this process under the committed reproduction, on a copy of the
+    store: (the namespace, the keys it had measured, the keys launched now)."""
+    shutil.copytree(ROOT / "results", tmp_path / "results")
+    monkeypatch.setenv("MEGALAB_RESULTS", str(tmp_path / "results"))
+    ran = Store(tmp_path / "results").load("run", tag=reproductions.tag(reproduction_id))
+    launched = _fake_launches(monkeypatch, 2)
+    ns: dict = {}
+    with reproduction.active(reproduction_id):
+        for cell, src in _cells(notebook):
+            exec(compile(src, f"{notebook.name}:{cell}", "exec"), ns)
+    return ns, {r["key"] for r in ran}, launched
+
+
 def test_chapter_02_on_two_gpus_shows_the_books_points_and_yours(tmp_path, monkeypatch, capsys):
-    """The cells run in this process under the committed reproduction: its 7 runs read back, not
-    launched; what it had not measured (the TP 2 parity, the 2-GPU TP-against-DP group) faked.
-    The page's numbers are the book's TP 4 recording; the reader's TP 1 and TP 2 stand beside."""
+    """Its 7 runs read back, not launched; what it had not measured yet (the TP 2 parity, the
+    2-GPU TP-against-DP group) faked. The page's numbers are the book's TP 4 recording; the
+    reader's TP 1 and TP 2 stand beside them."""
     from megalab.book.chapters import ch02_analysis as ch02
     from megalab.records.timings import group
 
-    shutil.copytree(ROOT / "results", tmp_path / "results")
-    monkeypatch.setenv("MEGALAB_RESULTS", str(tmp_path / "results"))
-    ran = {
-        r["key"] for r in Store(tmp_path / "results").load("run", tag=f"reproduction:{CH02_2GPU}")
-    }
-    launched = _fake_launches(monkeypatch, 2)
-    ns: dict = {}
-    with reproduction.active(CH02_2GPU):
-        for cell, src in _cells(NOTEBOOK):
-            exec(compile(src, f"{NOTEBOOK.name}:{cell}", "exec"), ns)
-    assert len(ran) == 6 and not ran & set(launched)  # read back (one of them profiled too)
+    ns, ran, launched = _execute(NOTEBOOK, CH02_2GPU, tmp_path, monkeypatch)
+    assert len(ran) == 6 and not ran & set(launched)  # one of the six profiled too
     tp = ns["tp"]
     assert tp.attrs["not_remeasured"] == [c.label for c in tp["cfg"] if c.tp == 4]
     book = ch02.strong_scaling(group(None, "ch02.tp", "H200"))
@@ -133,4 +142,17 @@ def test_chapter_02_on_two_gpus_shows_the_books_points_and_yours(tmp_path, monke
     bars = ch02.beside_paper(ns["st"], "speedup", "paper_speedup")
     assert list(bars.loc[bars["who"] == beside.YOURS, "layout"]) == ["1 GPU", "TP 2"]
     out = capsys.readouterr().out
-    assert out.count("Your GPUs re-measured") == 2 and "the book's records answer for" in out
+    assert out.count("Your GPUs re-measured") == 2
+    assert "(148 ms a step, the book's 147 ms)" in out  # gpt-1.2b on one GPU, graphed
+    assert "did not: gpt-1.2b, TP 4, global batch 8; gpt-4.2b, TP 4, global batch 8." in out
+
+
+def test_chapter_01_on_two_gpus_shows_the_books_points(tmp_path, monkeypatch, capsys):
+    """Chapter 01's quick reproduction on 2x H200, interrupted after 12 runs: the rest faked. Its
+    weak-scaling figure reads the book's DP 4 point; the reader's DP 1 and DP 2 are said beside."""
+    ns, ran, launched = _execute(CH01, CH01_2GPU, tmp_path, monkeypatch)
+    assert len(ran) == 10 and len(launched) == 6  # the groups it had not reached: strong, overlap
+    assert list(ns["wk"]["GPUs"]) == [1, 2, 4] and ns["group"].attrs["not_remeasured"]
+    out = capsys.readouterr().out
+    assert out.count("Your GPUs re-measured") == 3
+    assert "gpt2-xl, DP 2, global batch 32 (415 ms a step, the book's 410 ms)" in out

@@ -67,28 +67,35 @@ def yours(g, store=None):
 def _words(cfg) -> str:
     from megalab.book.frame import describe
 
-    eager = cfg.cuda_graphs == "none"
-    return f"{cfg.name} {describe(cfg.replace(cuda_graphs='none'))}" + (" eager" if eager else "")
+    eager = ", eager" if cfg.cuda_graphs == "none" else ""  # the others have CUDA graphs
+    return f"{describe(cfg.replace(cuda_graphs='none'), model=True)}{eager}, global batch {cfg.gbs}"
 
 
 def note(*groups) -> str:
-    """One line for the page where any of `groups` is partial: what the reader's GPUs re-measured
-    and what the book's records answer for (wider than the reader's machine); '' otherwise."""
+    """One paragraph for the page where any of `groups` is partial: what the reader's GPUs
+    re-measured (each configuration's median step, beside the book's) and what the book's records
+    answer for (wider than the reader's machine, or another batch); '' otherwise."""
+    from megalab.records.timings import loose_key
+
     said, kept = [], []
     for g in groups:
         if not partial(g):
             continue
-        cfgs = dict(g["cfg"].items())
+        book = {loose_key(c): ms for c, ms in zip(g["cfg"], g["median_ms"])}
         mine = yours(g)
-        said += [_words(c) for c in mine["cfg"]] if mine is not None else []
+        for c, ms in zip(*(() if mine is None else (mine["cfg"], mine["median_ms"]))):
+            theirs = book.get(loose_key(c))
+            beside = "" if theirs is None else f", the book's {theirs:,.0f} ms"
+            said.append(f"{_words(c)} ({ms:,.0f} ms a step{beside})")
+        cfgs = dict(g["cfg"].items())
         kept += [_words(cfgs[label]) for label in g.attrs["not_remeasured"]]
     if not kept:
         return ""
     said, kept = list(dict.fromkeys(said)), list(dict.fromkeys(kept))
     return (
-        f"Your GPUs re-measured {', '.join(said) or 'none of these points'}; the book's records "
-        f"answer for {', '.join(kept)} (wider than your machine): the numbers below are the "
-        f"book's, with yours beside them (\u201c{YOURS}\u201d) where a figure shows your layout."
+        f"Your GPUs re-measured {'; '.join(said) or 'none of these points'}. The book's records "
+        f"answer for what they did not: {'; '.join(kept)}. The figure and numbers below are the "
+        "book's."
     )
 
 

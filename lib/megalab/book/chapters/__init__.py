@@ -27,6 +27,7 @@ from megalab.book.chapters import (
 )
 
 __all__ = [
+    "BOOK_GPUS",
     "CHAPTERS",
     "PAGES",
     "UnknownChapter",
@@ -43,6 +44,11 @@ __all__ = [
     "expert_parallel",
     "choosing_a_layout",
 ]
+
+# the GPUs of the book's pages: a page executed for fewer (`megalab reproduce chNN --gpus 2`) still
+# shows these layouts, the wider ones from the records, the reader's own points beside them
+# (megalab.book.beside); only its comparison groups are timed on the reader's GPUs
+BOOK_GPUS = 4
 
 CHAPTERS: dict[str, ModuleType] = {
     "ch01": ch01_data_parallel,

@@ -20,9 +20,6 @@ from megalab.book.specs import (
 )
 
 
-# the GPUs the chapter's prose describes (TP 1, 2 and 4): a reader's reproduction on fewer shows
-# the book's records for the wider layouts, its own points beside them (megalab.book.beside)
-BOOK_GPUS = 4
 # Shoeybi et al. 2019, Table 1
 WEAK_TP_MODELS = {1: "gpt-1.2b", 2: "gpt-2.5b", 4: "gpt-4.2b", 8: "gpt-8.3b"}
 
