@@ -171,6 +171,18 @@ def test_stage_memory_reads_each_stages_first_rank_and_names_the_run():
     assert (bars["series"].str.endswith("predicted")).sum() == 2  # each prediction once
 
 
+def test_a_run_measured_here_brings_the_books_record_as_the_reference(tmp_path, monkeypatch):
+    """A live reproduction reads back only the reader's run: the page's checks read the book's."""
+    from megalab.jobs import running
+
+    big = presets.get("gpt-8.3b").replace(gpus=2, pp=2, mbs=4, gbs=8)
+    book = result(big, [90.0, 80.0])
+    monkeypatch.setattr(running, "run", lambda cfg, mode, **kw: book)
+    mem = ch05.stage_memory([result(big, [91.0, 81.0], "live")])
+    ref = mem[mem["source"] == "reference"].set_index("stage")
+    assert ref["measured"].tolist() == [90.0, 80.0] and len(mem) == 4
+
+
 def test_runs_table_numbers_recordings_by_host_and_build():
     big = presets.get("gpt-8.3b").replace(gpus=2, pp=2, mbs=4, gbs=8)
     a, b = result(big, [1, 1]), result(big.replace(vpp=2), [1, 1])

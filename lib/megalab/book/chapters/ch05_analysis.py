@@ -208,13 +208,14 @@ def schedule_figure(panels: dict, title: str, seconds: bool = True):
 def stage_memory(results) -> "pd.DataFrame":  # noqa: F821
     """Per run and stage: run ('PP 2, m = 4'), stage, layers_in_flight, predicted (theory.
     memory_per_stage's total, GiB) and measured (the peak allocated GiB of the stage's first rank;
-    Megatron orders ranks tp, then pp), source ('reference' or 'yours')."""
+    Megatron orders ranks tp, then pp), source ('reference' or 'yours'). A run measured here (a
+    live reproduction's) brings the book's record of it too, its reference rows."""
     import pandas as pd
 
     from megalab import theory
 
     frames = []
-    for r in results:
+    for r in [*results, *_references(results)]:
         c = r.config
         frames.append(
             pd.DataFrame(theory.memory_per_stage(c)).assign(
@@ -225,6 +226,20 @@ def stage_memory(results) -> "pd.DataFrame":  # noqa: F821
         )
     out = pd.concat(frames).rename(columns={"total": "predicted"})
     return out.drop_duplicates(["run", "stage", "source"]).reset_index(drop=True)
+
+
+def _references(results) -> list:
+    """The book's record of each result measured here (source 'live'), where it has one."""
+    from megalab.jobs.running import NotRecorded, run
+
+    out = []
+    for r in results:
+        if r.source == "live":
+            try:
+                out.append(run(r.config, "cached", quiet=True))
+            except NotRecorded:
+                pass
+    return out
 
 
 def memory_bars(mem):
