@@ -79,14 +79,24 @@ def test_a_partial_reproduction_gives_way_to_the_books_recording(store, monkeypa
     assert f"did not: gpt-test, TP 4, {layers}." in said
 
 
-def test_a_whole_reproduction_is_the_readers_own(store, monkeypatch):
+def test_a_quick_reproduction_of_the_whole_group_stands_beside_the_books(store, monkeypatch):
+    """Once each is too thin for the page's claims (the book alternated two rounds): the book's
+    recording answers, the reader's beside it; a full live reproduction, as many rounds as the
+    book's, is the reader's own."""
     _fake_launches(monkeypatch, 4)
     keys = [c.key for c in GROUP.quick_runs()]
     env = {"gpu_name": "NVIDIA H200", "gpu_count": 4}
     store.append(reproductions.make("w", "p", 4, "auto", "started", env, True, quick_keys=keys))
     with reproduction.active("w"):
         g = GROUP.run("auto", store=store)
-    assert list(g["runs"]) == [1, 1, 1] and not beside.partial(g)
+        said = beside.note(g)
+    assert list(g["runs"]) == [2, 2, 2] and beside.partial(g) and not g.attrs["not_remeasured"]
+    assert list(beside.yours(g)["runs"]) == [1, 1, 1] and g.attrs["yours"]["rounds"] == 1
+    assert "Each was timed once, where the book alternated them over 2 rounds." in said
+    store.append(reproductions.make("f", "p", 4, "live", "started", env, False))
+    with reproduction.active("f"):
+        g = GROUP.run("live", store=store)
+    assert list(g["runs"]) == [2, 2, 2] and not beside.partial(g)
     assert beside.yours(g) is None and beside.note(g) == ""
 
 
