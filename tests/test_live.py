@@ -165,22 +165,19 @@ def test_the_chapters_defining_points_carry_their_settings():
     }
 
 
-def test_the_estimate_sums_recorded_start_up_and_steps(tmp_path):
-    from megalab.book import chapters, specs
+def test_the_estimate_costs_what_the_reproduction_launches(tmp_path):
+    from megalab.book import chapters, eta
 
     store = Store(tmp_path)
+
     one = chapters.runs("ch04", 2)["seq_1gpu"][2]  # 8k tokens: a defining point
-    other = chapters.runs("ch04", 2)["seq_1gpu"][0]  # 2k: not one
-    for cfg in (one, other):
-        store.append({**_record(cfg), "summary": {"startup_s": 30.0, "step_time_s": 0.5}})
+    store.append({**_record(one), "summary": {"startup_s": 30.0, "step_time_s": 0.5}})
     est = live.estimate("04_context_parallel/context_parallel", 2, store=store)
-    each = 30.0 + 6 * 0.5  # start-up plus the six recorded steps
-    assert est.counted == 2 and est.full_s == pytest.approx(2 * each)
-    asked = [i for i in specs.items(chapters.runs("ch04", 2)) if getattr(i, "cfg", i).gpus <= 2]
-    # the CP 4 parity runs on four GPUs: not here; the group as Group.run measures it
-    group = next(specs.groups(chapters.runs("ch04", 2)))
-    assert est.runs == len(asked) + len(list(group._runs(group.rounds)))
-    assert est.quick_s == pytest.approx(each) and "2 of its" in str(est)
+    quick = eta.launches("04_context_parallel/context_parallel", 2, True, eta.Costs(store))
+    assert est.quick_s == pytest.approx(eta.PAGE_S + sum(x.seconds for x in quick))
+    assert est.quick_runs == len(quick) and one.key in {x.key for x in quick}
+    assert est.counted >= 1 and f"{est.counted} of its {est.runs} runs" in str(est)
+    assert est.full_s > est.quick_s
     assert live.estimate("planner", 2, store=store) is None
 
 
