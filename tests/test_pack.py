@@ -132,8 +132,8 @@ def test_a_job_past_the_hard_end_is_interrupted_as_ctrl_c_would(tmp_path):
 def test_resume_skips_a_line_recorded_on_this_host_through_any_plan(tmp_path):
     """A run line is done when the store holds an ok record of its tag and configuration made on
     this host, whichever plan made it: a group's repeated line needs one record each, a profiled
-    line a profiled record, a line run alone a record not packed; records of another host, and fit
-    lines, do not count."""
+    line a profiled record, a line run alone a record not packed; records of another boot (lent
+    hosts share the hostname "vm"), or of none, and fit lines, do not count."""
     from megalab.records.store import Store
     from megalab.runs.flags import config_to_args
     from run_records import CFG, record
@@ -150,7 +150,7 @@ def test_resume_skips_a_line_recorded_on_this_host_through_any_plan(tmp_path):
         f"packed! {words}\n"  # 6: only a packed record
         f"ch01 fit --vary mbs {words}\n"  # 7: fit lines are the progress file's
     )
-    env = {"gpu_name": "NVIDIA H200", "hostname": "here"}
+    env = {"gpu_name": "NVIDIA H200", "hostname": "vm"}
     peer = CFG.replace(runner="megatron-lm", init="megatron")
     for cfg, tags, host in (
         (CFG, ["group.ch01.x"], "here"),
@@ -160,8 +160,9 @@ def test_resume_skips_a_line_recorded_on_this_host_through_any_plan(tmp_path):
         (CFG, ["packed"], "here"),
         (CFG, ["ch01"], "here"),
     ):
-        store.append(record(cfg, tags=tags, env={**env, "hostname": host}))
-    done = pack.recorded_lines(str(plan), store=store, host="here")
+        store.append(record(cfg, tags=tags, env={**env, "boot_id": host}))
+    store.append(record(CFG, tags=["group.ch01.x"], env=env))  # no boot id: an earlier recording
+    done = pack.recorded_lines(str(plan), store=store, boot="here")
     assert sorted(done) == [1, 5]
     assert done[1] == f"group.ch01.x! {words}"
-    assert sorted(pack.recorded_lines(str(plan), store=store, host="elsewhere")) == [1]
+    assert sorted(pack.recorded_lines(str(plan), store=store, boot="elsewhere")) == [1]

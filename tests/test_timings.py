@@ -312,6 +312,10 @@ def test_timings_refuse_to_compare_runs_of_several_groups_hosts_commits_or_train
         ),
         "warm-up run": _member(B, 80.0, "2030-01-01T00:02:00Z", tags=("group.ch09.demo", "warmup")),
         "mixes hosts": _member(B, 80.0, "2030-01-01T00:02:00Z", host={**HOST, "cpu_count": 32}),
+        # lent hosts all call themselves "vm": two boots of one name and shape are two hosts
+        "mixes hosts .* boot 0b00": _member(
+            B, 80.0, "2030-01-01T00:02:00Z", host={**HOST, "boot_id": "0b00-1"}
+        ),
         "mixes commits": _member(B, 80.0, "2030-01-01T00:02:00Z", commit="beef000"),
         "mixes trainer revisions": _member(B, 80.0, "2025-01-01T00:00:00Z"),
         "reused process, others in fresh ones": {

@@ -18,8 +18,9 @@ of a broken install must not count as done), was cut off by --hard-end or never 
 once: a line that failed TRIES times on this host is skipped (session 15 re-ran a failing line and
 four OOMs). A line counts as the same only with the same number and text: a plan edited between
 calls runs its changed lines. --resume also skips a run line whose run the results store already
-holds, recorded on this host through any plan (`recorded_lines`: same tag and configuration, as
-many lines as there are such records).
+holds, recorded on this host since its boot through any plan (`recorded_lines`: same tag and
+configuration, as many lines as there are such records; lent hosts share one hostname, so the
+record's boot id tells them apart).
 """
 
 from __future__ import annotations
@@ -108,23 +109,24 @@ def _sub(flags: list[str]) -> tuple[str, list[str]]:
     return ("run", flags) if flags[0].startswith("--") else (flags[0], flags[1:])
 
 
-def recorded_lines(plan: str, store=None, host: str | None = None) -> dict[int, str]:
+def recorded_lines(plan: str, store=None, boot: str | None = None) -> dict[int, str]:
     """{line number: line text} of the plan's run and peer lines whose run the store (default: the
-    checkout's results/) already holds: an ok record made on `host` (default: this one) with the
-    line's tag and configuration, profiled where the line profiles, not packed where the line runs
-    alone, whichever plan recorded it. A line that appears n times (a group's rounds) is matched by
-    up to n records, first lines first. On this host only: a comparison group compares runs of one
-    host, and a warm-up warms its own. fit and parity lines (several runs each) are left to the
-    progress file."""
-    import socket
+    checkout's results/) already holds: an ok record made on this host since its boot (its env's
+    boot_id equals `boot`, default this host's: lent hosts all call themselves "vm", and the store
+    holds the book's earlier recordings) with the line's tag and configuration, profiled where the
+    line profiles, not packed where the line runs alone, whichever plan recorded it. A line that
+    appears n times (a group's rounds) is matched by up to n records, first lines first. On this
+    host only: a comparison group compares runs of one host, and a warm-up warms its own. fit and
+    parity lines (several runs each) are left to the progress file."""
     from collections import Counter
 
+    from megalab.machine.env import boot_id
     from megalab.records.store import as_store
 
-    host = host or socket.gethostname()
+    boot = boot or boot_id()
     have, alone = Counter(), Counter()
     for r in as_store(store).load("run", status="ok"):
-        if (r.get("env") or {}).get("hostname") != host:
+        if boot is None or (r.get("env") or {}).get("boot_id") != boot:
             continue
         tags = set(r.get("tags") or ())
         for t in tags:

@@ -1,6 +1,6 @@
 """Estimate a plan's device minutes from what recorded runs cost (plans' headers quote it).
 
-    python3 tools/gpu/plan_cost.py tools/gpu/plans/x4-ch03.txt [--gpu H200] [-v]
+    python3 tools/gpu/plan_cost.py tools/gpu/plans/ch03-tp4.txt [--gpu H200] [-v]
 
 Each run or peer line costs what its nearest recorded runs on `gpu` took: their start-up (launch to
 the first step) + the line's iterations × their median step + TEARDOWN_S (writing the record, the

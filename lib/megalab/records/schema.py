@@ -51,6 +51,8 @@ ENV_FIELDS = (
     "hostname",
     # two hosts of one GPU model launched kernels 2.2x apart, 32 CPUs against 64
     "cpu_count",
+    # lent hosts all call themselves "vm": the boot tells one from the next (absent before)
+    "boot_id",
 )
 
 

@@ -269,7 +269,7 @@ def _sitting(runs: list, at: int) -> tuple[int, int]:
 
     def key(r):
         env = r.get("env") or {}
-        return r.get("git_commit"), env.get("hostname"), env.get("gpu_count"), env.get("cpu_count")
+        return r.get("git_commit"), sitting_host(r), env.get("gpu_count")
 
     def near(a, b) -> bool:  # b follows a within SITTING_S, from the same commit and host
         t = lambda r: datetime.fromisoformat(r["recorded_at"].replace("Z", "+00:00"))  # noqa: E731
@@ -301,6 +301,13 @@ def host_of(record) -> str:
     cpus = env.get("cpu_count")
     known = [f"{cpus} CPUs" if cpus else None, env.get("gpu_name")]
     return f"{env.get('hostname') or 'unknown host'} ({', '.join(k for k in known if k) or '?'})"
+
+
+def sitting_host(record) -> str:
+    """host_of, with the boot where the record has one: lent hosts all call themselves "vm", so
+    two machines of one model and core count read alike without it."""
+    boot = (record.get("env") or {}).get("boot_id")
+    return host_of(record) + (f" boot {boot[:8]}" if boot else "")
 
 
 def _group_tags(record) -> set:
@@ -338,7 +345,7 @@ def one_group(records) -> str:
             "processes (megalab.run, not run_many(reuse=True))"
         )
     for what, of in (
-        ("hosts", host_of),
+        ("hosts", sitting_host),
         ("commits", lambda r: (r.get("git_commit") or "?")[:7]),
         ("trainer revisions", trainer_revision),
     ):
@@ -389,7 +396,8 @@ def group_runs(
     found = [
         (c, r)
         for c, r in found
-        if host_of(r) == host_of(newest) and r.get("git_commit") == newest.get("git_commit")
+        if sitting_host(r) == sitting_host(newest)
+        and r.get("git_commit") == newest.get("git_commit")
     ]
     one_group(r for _, r in found)
     profiled = [r for _, r in found if "profile" in (r.get("tags") or ())]

@@ -282,7 +282,7 @@ def runs_table(results):
         c, rec = r.config, r.record
         env = rec.get("env") or {}
         host = f"{env['cpu_count']} CPUs" if env.get("cpu_count") else "not recorded"
-        key = (env.get("hostname"), host, rec.get("git_commit"))
+        key = (env.get("hostname"), env.get("boot_id"), host, rec.get("git_commit"))
         build = builds.setdefault(key, len(builds) + 1)
         rows.append(
             {
