@@ -1,7 +1,6 @@
 """book/eta.py: what a live reproduction launches, each launch costed from the records, against
 the quick reproductions of chapters 1 and 2 recorded on 2×H200 (results/)."""
 
-import json
 from collections import Counter
 
 import pytest
@@ -41,9 +40,7 @@ def test_the_estimate_predicts_the_recorded_quick_reproductions(rid, tmp_path):
     together with the page, what it measured within the tolerance: each of its runs matched to a
     planned launch of the same configuration (a search's probes to the search's), none left
     over. Neither finished, so the whole quick estimate is longer still."""
-    ends = [
-        r for r in reproductions.load() if r["reproduction"] == rid and r["event"] != "started"
-    ]
+    ends = [r for r in reproductions.load() if r["reproduction"] == rid and r["event"] != "started"]
     began = min(r["recorded_at"] for r in reproductions.load() if r["reproduction"] == rid)
     before = Store(tmp_path)
     src = Store()
@@ -63,7 +60,6 @@ def test_the_estimate_predicts_the_recorded_quick_reproductions(rid, tmp_path):
         left.remove(same[0])
     measured = sum(r["seconds"] for r in ends)
     predicted = eta.PAGE_S + sum(x.seconds for x in matched)
-    print(f"{rid}: predicted {predicted:.0f} s, measured {measured:.0f} s")
     assert predicted == pytest.approx(measured, rel=QUICK[rid]), (predicted, measured)
     assert eta.estimate(page, gpus, store=before).quick_s > measured
     assert Counter(x.why for x in matched)["asked again"] == (page.startswith("01"))
@@ -74,7 +70,8 @@ def test_the_quick_plan_leaves_recorded_questions_to_the_records():
     comparison groups only: every search probe and parity run is recorded."""
     planned = eta.launches("01_data_parallel/data_parallel", 4, True)
     assert {x.why for x in planned} <= {"ahead", "asked again"} | {
-        f"group {g.name}{p}" for g in chapters.runs("ch01", 4)["groups"].values()
+        f"group {g.name}{p}"
+        for g in chapters.runs("ch01", 4)["groups"].values()
         for p in ("", " profiled")
     }
 
