@@ -1,8 +1,6 @@
 """book/eta.py: what a live reproduction launches, each launch costed from the records, against
 the quick reproductions of chapters 1 and 2 recorded on 2×H200 (results/)."""
 
-from collections import Counter
-
 import pytest
 
 from megalab.book import chapters, eta
@@ -39,7 +37,8 @@ def test_the_estimate_predicts_the_recorded_quick_reproductions(rid, tmp_path):
     """From the records made before it started, the launches eta plans for the reproduction cost,
     together with the page, what it measured within the tolerance: each of its runs matched to a
     planned launch of the same configuration (a search's probes to the search's), none left
-    over. Neither finished, so the whole quick estimate is longer still."""
+    over but a run it measured twice (before a run asked again was read back). Neither finished,
+    so the whole quick estimate is longer still."""
     ends = [r for r in reproductions.load() if r["reproduction"] == rid and r["event"] != "started"]
     began = min(r["recorded_at"] for r in reproductions.load() if r["reproduction"] == rid)
     before = Store(tmp_path)
@@ -50,26 +49,29 @@ def test_the_estimate_predicts_the_recorded_quick_reproductions(rid, tmp_path):
     runs = [r for r in src.load("run") if reproductions.tag(rid) in r.get("tags", ())]
     page, gpus = ends[0]["page"], ends[0]["gpus"]
     planned = eta.launches(page, gpus, True, eta.Costs(before))
-    left, matched = list(planned), []
+    left, matched, again = list(planned), [], []
     for r in sorted(runs, key=lambda r: "fit" in r["tags"]):  # configurations first, then probes
         same = [x for x in left if x.key == r["key"]] or (
             [x for x in left if x.why == "search"] if "fit" in r["tags"] else []
         )
-        assert same, f"{r['label']} was launched but not planned"
+        if not same:  # launched again though it measured it already: now read back
+            again.append(r["label"])
+            assert r["key"] in {x.key for x in matched}, f"{r['label']} launched but not planned"
+            continue
         matched.append(same[0])
         left.remove(same[0])
     measured = sum(r["seconds"] for r in ends)
     predicted = eta.PAGE_S + sum(x.seconds for x in matched)
     assert predicted == pytest.approx(measured, rel=QUICK[rid]), (predicted, measured)
     assert eta.estimate(page, gpus, store=before).quick_s > measured
-    assert Counter(x.why for x in matched)["asked again"] == (page.startswith("01"))
+    assert len(again) == page.startswith("01")  # ch01 asks its DP 1 run in two lists
 
 
 def test_the_quick_plan_leaves_recorded_questions_to_the_records():
     """On 4 GPUs (the book's recording) a quick chapter 1 launches its defining points and its
     comparison groups only: every search probe and parity run is recorded."""
     planned = eta.launches("01_data_parallel/data_parallel", 4, True)
-    assert {x.why for x in planned} <= {"ahead", "asked again"} | {
+    assert {x.why for x in planned} <= {"ahead"} | {
         f"group {g.name}{p}"
         for g in chapters.runs("ch01", 4)["groups"].values()
         for p in ("", " profiled")

@@ -8,16 +8,17 @@ What a reproduction launches, as megalab.book.live and megalab.jobs decide it (f
 measured, as `--mode live --force`; quick: its chapter's defining points, megalab.book.chapters):
 - ahead (live.warm): the plain runs that can share a process, one launch per process kind: the
   first pays the launch, each other only its re-initialisation;
-- in the notebook: a run asked a second time after it was measured ahead (each call of a
-  reproduction gets its own measurement, megalab.jobs.reproduction); every probe a memory search
-  bisects to (which fit predicted by the record of that probe, else by theory's memory model); a
-  parity's two single-GPU references and its layout; the comparison groups as Group.run measures
-  them (a warm-up only when nothing ran before);
+- in the notebook: each run it asks that nothing measured before (one measured already is read
+  back, megalab.jobs.reproduction); every probe a memory search bisects to (which fits as the
+  probe's record says, else as theory's memory model does); a parity's two single-GPU references
+  (shared by the parities of one reference) and its layout; the comparison groups as Group.run
+  measures them (a warm-up only when nothing ran before);
 - quick: a run that is not a defining point is read from the records, but one nothing records
   (a search or a parity at a GPU count the book was not recorded on) is launched all the same.
-A launch costs the launch to its first step (the median of the newest recorded launches), its
-steps (its newest record on that GPU model; unrecorded, a recorded configuration of the same
-shape scaled by layers and micro-batches) and GAP_S; a page adds PAGE_S.
+A launch costs its launch to first step (its newest record's, else the median of the newest
+launches), its steps (that record's; unrecorded, a recorded run of the same shape scaled by layers
+and micro-batches) and GAP_S; a page adds PAGE_S. A reproduction that measured runs already
+(resumed) reads them back: estimate leaves them out.
 """
 
 from __future__ import annotations
@@ -194,7 +195,10 @@ def launches(page: str, gpus: int, quick: bool, costs: Costs | None = None) -> l
         wanted = keys is None or c.key in keys or (question and not costs.anywhere[c.key])
         return c.gpus <= gpus and wanted
 
-    def add(c, why: str, seconds: float) -> None:
+    made = Counter()  # records this reproduction holds, by (key, profiled): read back when asked
+
+    def add(c, why: str, seconds: float, profiled: bool = False) -> None:
+        made[c.key, profiled] += 1
         out.append(Launch(c.label, why, seconds, costs.recorded(c), c.key))
 
     grouped = {c.key for g in groups(defining if quick else r) for c in (*g.configs, g.warmup)}
@@ -206,24 +210,22 @@ def launches(page: str, gpus: int, quick: bool, costs: Costs | None = None) -> l
         first = process_key(c) not in shared
         shared.add(process_key(c))
         add(c, "ahead", costs.fresh(c) if first else costs.reused_s + costs.steps_s(c))
-    asked = Counter()
     for item in items(r):
-        if isinstance(item, RunConfig) and measures(item):
-            asked[item.key] += 1
-            # measured ahead: the first call reads it back, another launches it again (each call
-            # of a reproduction gets a measurement of its own); else the first launches it
-            if (asked[item.key] > 1) == (item.key in ahead):
-                add(item, "asked again" if item.key in ahead else "run", costs.fresh(item))
+        if isinstance(item, RunConfig) and measures(item) and not made[item.key, False]:
+            add(item, "run", costs.fresh(item))
         elif isinstance(item, Profiled) and measures(item.cfg, question=True):
-            add(item.cfg, "profiled", costs.fresh(item.cfg))
+            if not made[item.cfg.key, True]:
+                add(item.cfg, "profiled", costs.fresh(item.cfg), profiled=True)
         elif isinstance(item, Fit) and item.cfg.gpus <= gpus and item.gpu == costs.gpu:
             for probe, fits in _probes(item, quick, costs):
-                if measures(probe, question=True):
+                if measures(probe, question=True) and not made[probe.key, False]:
                     add(probe, "search", costs.fresh(probe) if fits else costs.failed(probe))
         elif isinstance(item, Parity) and item.cfg.gpus <= gpus:
-            ref = reference_of(item.cfg)
-            for c, n in ((ref, 2), (item.cfg, 1)):
-                have = 0 if keys is None or c.key in keys else costs.anywhere[c.key]
+            # two distinct references (their spread), shared by every parity of that reference
+            for c, n in ((reference_of(item.cfg), 2), (item.cfg, 1)):
+                have = made[c.key, False] + (
+                    0 if keys is None or c.key in keys else costs.anywhere[c.key]
+                )
                 for _ in range(max(0, n - have) if c.gpus <= gpus else 0):
                     add(c, "parity", costs.fresh(c))
     timed = [g for g in groups(defining if quick else r) if g.warmup.gpus <= gpus]
