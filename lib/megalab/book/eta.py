@@ -35,17 +35,6 @@ PAGE_S = 30.0
 NEWEST = 100  # launches whose median start-up a new launch is costed at (launches get cheaper)
 
 
-def run_seconds(record: dict) -> float | None:
-    """What a recorded run cost from launch to its last step: its start-up (launch to the end of
-    step 0) plus the steps after step 0; None when it recorded neither."""
-    summary, steps = record.get("summary") or {}, (record.get("series") or {}).get("step_time_s")
-    timed = [t for t in (steps or ())[1:] if t is not None]
-    if summary.get("startup_s") is None and not steps:
-        return None
-    first = 0.0 if summary.get("startup_s") is not None or not steps else steps[0] or 0.0
-    return (summary.get("startup_s") or 0.0) + first + sum(timed)
-
-
 def _work(steps: list) -> float | None:
     """Seconds of a run's own steps, step 0 (compilation, allocation) included."""
     timed = [t for t in steps if t is not None]
@@ -119,7 +108,8 @@ class Costs:
                 per_pass.setdefault(_shape(cfg), []).append(
                     summary["step_time_s"] / _layer_passes(cfg)
                 )
-        self.launch_s = statistics.median(fresh[-NEWEST:]) if fresh else 20.0
+        # with no launch recorded on this GPU model: the 2×H200 ones of the module's docstring
+        self.launch_s = statistics.median(fresh[-NEWEST:]) if fresh else 15.0
         self.reused_s = statistics.median(reused[-NEWEST:]) if reused else 1.0
         self.first_s = statistics.median(first[-NEWEST:]) if first else 8.0
         self.per_pass = {k: statistics.median(v[-NEWEST:]) for k, v in per_pass.items()}
@@ -167,7 +157,7 @@ class Launch:
     why: str
     seconds: float
     recorded: bool  # costed from its own record, not predicted
-    key: str = ""
+    key: str
 
 
 def launches(page: str, gpus: int, quick: bool, costs: Costs | None = None) -> list[Launch]:

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from megalab.book.eta import Estimate, estimate, run_seconds  # noqa: F401  (how long it takes)
+from megalab.book.eta import Estimate, estimate  # noqa: F401  (how long it takes)
 from megalab.records import reproductions
 
 
