@@ -5,6 +5,7 @@ import pytest
 
 from megalab.book import chapters, eta
 from megalab.jobs.sweep import bisect
+from megalab.records.costs import GAP_S, Costs
 from megalab.records import reproductions
 from megalab.records.store import Store
 
@@ -24,8 +25,8 @@ def test_a_recorded_run_costs_its_launch_its_steps_and_the_gap(tmp_path):
     rec = _record(CFG)
     steps = rec["series"]["step_time_s"]
     store.append({**rec, "summary": {**rec["summary"], "startup_s": 20.0 + steps[0]}})
-    costs = eta.Costs(store)
-    assert costs.fresh(CFG) == pytest.approx(20.0 + sum(steps) + eta.GAP_S)
+    costs = Costs(store)
+    assert costs.fresh(CFG) == pytest.approx(20.0 + sum(steps) + GAP_S)
     # a configuration nobody recorded: a run of the same shape, scaled by its layers
     deeper = CFG.replace(layers=2 * CFG.layers)
     assert not costs.recorded(deeper)
@@ -48,7 +49,7 @@ def test_the_estimate_predicts_the_recorded_quick_reproductions(rid, tmp_path):
             before.append(r)
     runs = [r for r in src.load("run") if reproductions.tag(rid) in r.get("tags", ())]
     page, gpus = ends[0]["page"], ends[0]["gpus"]
-    planned = eta.launches(page, gpus, True, eta.Costs(before))
+    planned = eta.launches(page, gpus, True, Costs(before))
     left, matched, again = list(planned), [], []
     for r in sorted(runs, key=lambda r: "fit" in r["tags"]):  # configurations first, then probes
         same = [x for x in left if x.key == r["key"]] or (

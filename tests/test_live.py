@@ -170,13 +170,14 @@ def test_the_chapters_defining_points_carry_their_settings():
 
 def test_the_estimate_costs_what_the_reproduction_launches(tmp_path):
     from megalab.book import chapters, eta
+    from megalab.records.costs import Costs
 
     store = Store(tmp_path)
 
     one = chapters.runs("ch04", 2)["seq_1gpu"][2]  # 8k tokens: a defining point
     store.append({**_record(one), "summary": {"startup_s": 30.0, "step_time_s": 0.5}})
     est = live.estimate("04_context_parallel/context_parallel", 2, store=store)
-    quick = eta.launches("04_context_parallel/context_parallel", 2, True, eta.Costs(store))
+    quick = eta.launches("04_context_parallel/context_parallel", 2, True, Costs(store))
     assert est.quick_s == pytest.approx(eta.PAGE_S + sum(x.seconds for x in quick))
     assert est.quick_runs == len(quick) and one.key in {x.key for x in quick}
     assert est.counted >= 1 and f"{est.counted} of its {est.runs} runs" in str(est)

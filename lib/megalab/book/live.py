@@ -21,7 +21,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from megalab.book.eta import Estimate, estimate  # noqa: F401  (how long it takes)
+# what a quick one launches, and how long it takes
+from megalab.book.eta import Estimate, chapter_of, estimate, quick_keys  # noqa: F401
 from megalab.records import reproductions
 
 
@@ -30,30 +31,6 @@ def page_of(notebook) -> str:
     book/04_context_parallel/context_parallel.ipynb."""
     parts = Path(notebook).with_suffix("").parts
     return "/".join(parts[1:] if parts[:1] == ("book",) else parts)
-
-
-def chapter_of(page: str) -> str | None:
-    """The chapter ('ch04') a page belongs to, or None (the planner, the hardware page, ...)."""
-    from megalab.book import chapters
-
-    try:
-        return chapters.resolve(page.split("/")[0])
-    except chapters.UnknownChapter:
-        return None
-
-
-def quick_keys(page: str, gpus: int, gpu: str = "H200") -> list[str]:
-    """The run keys a quick reproduction of `page` launches: its chapter's defining points
-    (megalab.book.chapters.defining); [] for a page of no chapter, or one that marks none."""
-    from megalab.book import chapters
-    from megalab.book.specs import keys_of
-
-    chapter = chapter_of(page)
-    if chapter is None or gpus < 1:
-        return []
-    return list(
-        dict.fromkeys(k for item in chapters.defining(chapter, gpus) for k in keys_of(item))
-    )
 
 
 # -- one reproduction
