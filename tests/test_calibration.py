@@ -133,7 +133,7 @@ def test_case_runs_and_a_second_hosts_multi_gpu_runs_never_fit(tmp_path):
     """Chapter 07's case runs test the model, so they never fit it; a multi-GPU run of a host whose
     link probe reports another interconnect than most (session 15's 2xH200, 2.2x slower to launch)
     does not replace the reference host's record of the same configuration, nor does a newer warm-up
-    run; one-GPU runs count from any host."""
+    run, nor a reader's live reproduction; one-GPU runs count from any host."""
     store = Store(tmp_path)
     env = lambda link: {"gpu_name": "NVIDIA H200", "gpu_count": 2, "interconnect": link}  # noqa: E731
     two = BASE.replace(gpus=2, tp=2, mbs=2, gbs=4)
@@ -144,6 +144,9 @@ def test_case_runs_and_a_second_hosts_multi_gpu_runs_never_fit(tmp_path):
     store.append(record(BASE.replace(layers=4, mbs=2, gbs=4), tags=["ch07"]))
     # newer, a warm-up
     store.append(record(BASE.replace(mbs=2, gbs=4), tags=["warmup"], at="2026-01-06T00:00:00Z"))
+    # newer, a reader's reproduction of a chapter
+    reproduced = ["reproduction:01_data_parallel/data_parallel.2gpu.20260107T000000Z.abcd"]
+    store.append(record(BASE.replace(mbs=2, gbs=4), tags=reproduced, at="2026-01-07T00:00:00Z"))
     assert calibration.reference_link(store, "H200") == "NVLink (NV18)"
     assert sorted(r["id"] for r in calibration.usable_records(store, "H200")) == sorted(
         r["id"] for r in [*ref, one]

@@ -141,14 +141,16 @@ def reference_link(store=None, gpu: str = "H200") -> str | None:
 def keeps(record, link: str | None) -> bool:
     """Whether a calibration may use this clean timing: not a chapter 07 case run, not a repeat made
     for another comparison (records.REPEAT_TAGS: the configuration's own record counts, as the
-    chapters read it), and a one-GPU run or one made on the host whose link probe reported `link`
-    (reference_link)."""
-    from megalab.records.schema import is_repeat
+    chapters read it), not a reader's live reproduction (the book's model does not move when someone
+    reproduces a chapter), and a one-GPU run or one made on the host whose link probe reported
+    `link` (reference_link)."""
+    from megalab.records.schema import is_repeat, is_reproduced
 
     one_gpu = (record.get("config") or {}).get("gpus", 1) == 1
     return (
         CASE_TAG not in (record.get("tags") or [])
         and not is_repeat(record)
+        and not is_reproduced(record)
         and (one_gpu or (record.get("env") or {}).get("interconnect") == link)
     )
 
