@@ -3,7 +3,7 @@ what it records (megalab.records.reproductions), what `--quick` re-measures, and
 take.
 
     live = begin(notebook, parameters, quick=False, fresh=False)   # None in cached mode
-    print(live.estimate)                  # from the recorded start-up and step times
+    print(live.estimate(page, gpus))      # megalab.book.eta: what it launches, from the records
     with reproduction.active(live.id):    # the notebook's kernel runs under it
         warm(live)                        # its shareable runs first, one launch per world size
         execute(...)
@@ -21,6 +21,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+# what a quick one launches, and how long it takes
+from megalab.book.eta import Estimate, chapter_of, estimate, quick_keys  # noqa: F401
 from megalab.records import reproductions
 
 
@@ -29,160 +31,6 @@ def page_of(notebook) -> str:
     book/04_context_parallel/context_parallel.ipynb."""
     parts = Path(notebook).with_suffix("").parts
     return "/".join(parts[1:] if parts[:1] == ("book",) else parts)
-
-
-def chapter_of(page: str) -> str | None:
-    """The chapter ('ch04') a page belongs to, or None (the planner, the hardware page, ...)."""
-    from megalab.book import chapters
-
-    try:
-        return chapters.resolve(page.split("/")[0])
-    except chapters.UnknownChapter:
-        return None
-
-
-def quick_keys(page: str, gpus: int, gpu: str = "H200") -> list[str]:
-    """The run keys a quick reproduction of `page` launches: its chapter's defining points
-    (megalab.book.chapters.defining); [] for a page of no chapter, or one that marks none."""
-    from megalab.book import chapters
-    from megalab.book.specs import keys_of
-
-    chapter = chapter_of(page)
-    if chapter is None or gpus < 1:
-        return []
-    return list(dict.fromkeys(k for item in chapters.defining(chapter, gpus) for k in keys_of(item)))
-
-
-# -- how long it should take
-# ------------------------------------------------------------------------
-def run_seconds(record: dict) -> float | None:
-    """What a recorded run cost from launch to exit, as far as recorded: its start-up (launch to
-    first step) plus every step it timed; None when it recorded neither."""
-    summary, steps = record.get("summary") or {}, (record.get("series") or {}).get("step_time_s")
-    timed = [t for t in steps or () if t is not None]
-    if summary.get("startup_s") is None and not timed:
-        return None
-    return (summary.get("startup_s") or 0.0) + sum(timed)
-
-
-def fewest_seconds(record: dict) -> float | None:
-    """What a recorded run would cost stopping on a tight median (RunConfig.stop_when_tight): its
-    start-up and its first warm-up + MIN_TIMED steps, the fewest such a run trains; None without
-    steps."""
-    from megalab.metrics import WARMUP_STEPS
-    from megalab.records.timings import MIN_TIMED
-
-    steps = (record.get("series") or {}).get("step_time_s") or []
-    first = [t for t in steps[: WARMUP_STEPS + MIN_TIMED] if t is not None]
-    if not first:
-        return None
-    return ((record.get("summary") or {}).get("startup_s") or 0.0) + sum(first)
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """The time a live reproduction should take: full and quick, in seconds, from the recorded runs
-    (`counted` of its `runs` runs and searches have a record to cost them; the others are left
-    out)."""
-
-    page: str
-    gpus: int
-    gpu: str
-    full_s: float
-    quick_s: float
-    runs: int
-    counted: int
-    quick_runs: int
-    done: int = 0  # runs this reproduction measured already (read back, not counted)
-
-    def __str__(self) -> str:
-        left = f", {self.done} already measured by this reproduction" if self.done else ""
-        return (
-            f"{self.page} on {self.gpus} GPU(s): about {self.full_s / 60:.0f} min to finish in "
-            f"full, {self.quick_s / 60:.0f} min with --quick ({self.quick_runs} runs); from the "
-            f"start-up and step times recorded on {self.gpu} for {self.counted} of its "
-            f"{self.runs} runs and searches (the others have no record: not counted){left}"
-        )
-
-
-def estimate(
-    page: str, gpus: int, gpu: str = "H200", store=None, reproduction: str | None = None
-) -> Estimate | None:
-    """How long a live reproduction of `page` should take on `gpus` GPUs of model `gpu`: the
-    recorded cost (run_seconds, the newest record on that GPU model) of each run its chapter
-    launches on them, summed, full and quick; a search (Fit) costs the probes recorded in its
-    window. Runs that `reproduction` already measured are left out. None for a page of no
-    chapter."""
-    from collections import Counter
-
-    from megalab.book import chapters
-    from megalab.book.specs import groups, items, keys_of
-
-    chapter = chapter_of(page)
-    if chapter is None or gpus < 1:
-        return None
-    r = chapters.runs(chapter, gpus)
-    # what runs here: a run wider than the machine is answered by its reference record
-    asked = [i for i in items(r) if getattr(i, "cfg", i).gpus <= gpus]
-    # the groups its timing figures read, measured as Group.run does
-    timed = [g for g in groups(chapters.defining(chapter, gpus)) if g.warmup.gpus <= gpus]
-    cost = recorded_costs(store, gpu)
-    quick = set(quick_keys(page, gpus, gpu))
-    done = Counter()
-    if reproduction is not None:
-        tag = reproductions.tag(reproduction)
-        done = Counter(r.get("key") for r in cost.store.load("run", tag=tag))
-    keys = {k: None for i in asked for k in keys_of(i)}  # each run once, in order
-    full = Counter(list(keys))
-    full += Counter(c.key for i, g in enumerate(timed) for c, _, _ in g._runs(g.rounds, i == 0))
-    fast = Counter(k for k in keys if k in quick)
-    # one warm-up per reproduction: its first run warms the host (Group.run)
-    fast += Counter(c.key for i, g in enumerate(timed) for c, _, _ in g._runs(1, i == 0, True))
-    for c in (c for g in timed for c in g.quick_runs() if c.key not in cost):
-        if (same := cost.fewest.get(c.replace(stop_when_tight=False).key)) is not None:
-            cost[c.key] = same  # a tight-stopping run of a recorded configuration
-    seconds = lambda runs: sum(cost.get(k, 0.0) * n for k, n in (runs - done).items())  # noqa: E731
-    return Estimate(
-        page=page,
-        gpus=gpus,
-        gpu=gpu,
-        full_s=seconds(full),
-        quick_s=seconds(fast),
-        runs=len(asked) + sum(full.values()) - len(keys),
-        counted=sum(any(k in cost for k in keys_of(i)) for i in asked)
-        + sum(n for k, n in full.items() if k in cost and k not in keys),
-        quick_runs=sum(fast.values()),
-        done=sum((done & full).values()),
-    )
-
-
-class _Costs(dict):
-    """Run key -> seconds (run_seconds) of its newest costed record; `store` the store read;
-    `fewest`: run key -> fewest_seconds of that record."""
-
-    store: object
-    fewest: dict
-
-
-def recorded_costs(store=None, gpu: str = "H200") -> _Costs:
-    """Run key -> what its newest record on GPU model `gpu` cost (run_seconds), retracted records
-    (errata) aside: one pass over the store."""
-    from megalab.records.store import as_store, same_gpu_model
-
-    out = _Costs()
-    out.store = as_store(store)
-    retracted = set(out.store.errata())
-    newest: dict[str, tuple] = {}
-    for n, r in enumerate(out.store.load("run")):
-        if r.get("id") in retracted or not same_gpu_model((r.get("env") or {}).get("gpu_name"), gpu):
-            continue
-        seconds = run_seconds(r)
-        when = (r.get("recorded_at") or "", n)
-        if seconds is not None and when >= newest.get(r.get("key"), (("", -1),))[0]:
-            newest[r.get("key")] = (when, seconds, fewest_seconds(r))
-    out.update({k: s for k, (_, s, _) in newest.items()})
-    out.fewest = {k: f for k, (_, _, f) in newest.items() if f is not None}
-    return out
 
 
 # -- one reproduction
@@ -210,8 +58,11 @@ class Live:
         """'launch to first step: median 14.2 s over 9 runs' of the runs this reproduction made
         (reproductions.launch), or '' when none has start-up marks."""
         seconds, n = reproductions.launch(self.id, self.store)
-        return "" if seconds is None else (f"launch to first step: median {seconds:.1f} s over {n} "
-                                           f"runs")
+        return (
+            ""
+            if seconds is None
+            else (f"launch to first step: median {seconds:.1f} s over {n} runs")
+        )
 
     def end(self, event: str) -> dict:
         """Record how this execution ended ("finished", "interrupted" or "failed"), its seconds and
@@ -369,6 +220,4 @@ def time_to_reproduce(page: str, gpus: int | None = None, quick: bool = False, g
     e = None if took.measured else estimate(page, gpus or 4, gpu)
     if e is None:
         return took
-    return replace(
-        took, gpus=gpus or 4, gpu_name=gpu, estimated_s=e.quick_s if quick else e.full_s
-    )
+    return replace(took, gpus=gpus or 4, gpu_name=gpu, estimated_s=e.quick_s if quick else e.full_s)

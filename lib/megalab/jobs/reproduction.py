@@ -3,10 +3,12 @@
 `megalab reproduce` (megalab.book.live) names the reproduction in $MEGALAB_REPRODUCTION for the
 notebook's kernel. Then `run`, in live or auto mode:
 - tags what it launches `reproduction:<id>`;
-- answers a configuration this reproduction already measured (an execution cut short, run again)
-  from that record instead of launching it again: each call takes the oldest such record not yet
-  handed out in this execution, so repeats of one configuration (a parity's two references) each
-  get their own;
+- answers a configuration this reproduction already measured (ahead of the notebook, earlier in
+  it, or in an execution cut short and run again) from that record instead of launching it again:
+  each call takes the oldest such record not yet handed out in this execution, else the oldest
+  handed out (a configuration two of a chapter's lists share, the reference of several parities);
+  repeats that must differ (a parity's two references, a group's rounds) exclude the records they
+  hold already, and the one nothing answers is launched;
 - in a quick reproduction, answers a configuration that is not one of its figures' defining points
   (the started record's `quick_keys`) from the store, when recorded, and measures the defining
   points live (in auto mode too, where this machine's GPU model has a record of them) when this
@@ -41,16 +43,17 @@ class Context:
         return tag(self.id)
 
     def measured(self, cfg, store, exclude=(), profile: bool = False) -> dict | None:
-        """The oldest record of `cfg` this reproduction made and this execution has not handed out
-        yet (None: launch it)."""
+        """The oldest record of `cfg` this reproduction made, not in `exclude`, that this execution
+        has not handed out yet, else the oldest it has (None: launch it)."""
         found = [
             r
-            for r in store.find(cfg, exclude=[*exclude, *self.handed], profiled=profile)
+            for r in store.find(cfg, exclude=exclude, profiled=profile)
             if self.tag in (r.get("tags") or ())
         ]
         if not found:
             return None
-        record = found[-1]  # find is newest first
+        fresh = [r for r in found if r["id"] not in self.handed]
+        record = (fresh or found)[-1]  # find is newest first
         self.handed.add(record["id"])
         return record
 

@@ -165,30 +165,35 @@ def fit(
             )
         return result.ok
 
-    fit_at = [i for i, v in enumerate(values) if v in known and known[v].ok]
-    good = max(fit_at) if fit_at else None
-    above = [
-        i
-        for i, v in enumerate(values)
-        if v in known and not known[v].ok and (good is None or i > good)
-    ]
+    settled = {i: known[v].ok for i, v in enumerate(values) if v in known}
+    good = bisect(len(values), settled, fits)
+    out.largest = None if good is None else values[good]
+    return out
+
+
+def bisect(n: int, settled: dict, fits) -> int | None:
+    """The largest index in range(n) that fits, assuming fitting is monotone: from the indices
+    `settled` already ({index: fits}; the largest that fit and the smallest above it that did not
+    bracket the answer), probing fits(i) for the first, then the last, then halving what lies
+    between. None when the first does not fit."""
+    good = max((i for i, ok in settled.items() if ok), default=None)
+    above = [i for i, ok in settled.items() if not ok and (good is None or i > good)]
     bad = min(above) if above else None
     if good is None:
         if bad == 0 or not fits(0):
-            return out
+            return None
         good = 0
     if bad is None:
-        bad = len(values)
-        if good < len(values) - 1:
-            if fits(len(values) - 1):
-                good = len(values) - 1
+        bad = n
+        if good < n - 1:
+            if fits(n - 1):
+                good = n - 1
             else:
-                bad = len(values) - 1
+                bad = n - 1
     while bad - good > 1:
         mid = (good + bad) // 2
         good, bad = (mid, bad) if fits(mid) else (good, mid)
-    out.largest = values[good]
-    return out
+    return good
 
 
 def _recorded_probes(cfg, vary: str, values: list[int], store=None, gpu: str | None = None) -> dict:
