@@ -4,6 +4,7 @@ recording; under a quick reproduction, one round, resumed where it stopped. Laun
 
 import pytest
 
+from megalab.book import beside
 from megalab.book.specs import Group
 from megalab.jobs import reproduction
 from megalab.jobs import running as results
@@ -104,7 +105,7 @@ def test_a_quick_reproduction_measures_one_round_and_resumes(live):
         df = GROUP.run("auto", store=store)
     # no second warm-up (the host ran this reproduction's runs), the measured one read back
     assert launches == [(4, CFG.iters, False, False), (4, CFG.iters, False, True)]
-    assert list(df["runs"]) == [1, 1]
+    assert list(df["runs"]) == [2, 2] and list(beside.yours(df, store)["runs"]) == [1, 1]
     mine = store.load("run", tag=reproductions.tag("q"))
     assert len(mine) == 4 and all(r["config"]["stop_when_tight"] for r in mine)  # tight-stopping
 
@@ -112,8 +113,28 @@ def test_a_quick_reproduction_measures_one_round_and_resumes(live):
 def test_the_books_recording_answers_outside_the_reproduction(live):
     store, _, _ = live
     _quick(store)
-    with reproduction.active("q"):
-        assert list(GROUP.run("auto", store=store)["runs"]) == [1, 1]  # the reader's own
+    with reproduction.active("q"):  # one round each: the book's answers, the reader's beside
+        assert list(beside.yours(GROUP.run("auto", store=store), store)["runs"]) == [1, 1]
     assert list(GROUP.run("cached", store=store)["runs"]) == [2, 2]  # the book's, still
     cfg = GROUP.configs[0]
     assert "0ld" == results.run(cfg, "cached", store=store, quiet=True).record["git_commit"]
+
+
+def test_a_configuration_two_groups_share_is_timed_in_each(live):
+    """Within a reproduction a run is read back rather than launched again, but a group's run
+    only from a record of that group: the other group's run of the same configuration was timed
+    in another sequence."""
+    store, launches, _ = live
+    other = Group("t.h", [CFG, CFG.replace(mbs=8)], profiled=1)
+    _recorded(store)
+    for cfg in (*other.configs, *other.configs):
+        store.append(record(cfg, tags=[other.tag], at="2025-01-01T00:00:00Z", git_commit="0ld"))
+    keys = [c.key for g in (GROUP, other) for c in g.quick_runs()]
+    env = {"gpu_name": "NVIDIA H200", "gpu_count": 2}
+    store.append(reproductions.make("q", "p", 2, "auto", "started", env, True, quick_keys=keys))
+    with reproduction.active("q"):
+        GROUP.run("auto", store=store)
+        launches.clear()
+        mine = beside.yours(other.run("auto", store=store), store)
+    assert [m for m, *_ in launches] == [2, 8, 8]  # CFG (mbs 2) timed again, in this group
+    assert list(mine["runs"]) == [1, 1]

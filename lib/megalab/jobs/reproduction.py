@@ -42,13 +42,16 @@ class Context:
 
         return tag(self.id)
 
-    def measured(self, cfg, store, exclude=(), profile: bool = False) -> dict | None:
+    def measured(self, cfg, store, exclude=(), profile: bool = False, tags=()) -> dict | None:
         """The oldest record of `cfg` this reproduction made, not in `exclude`, that this execution
-        has not handed out yet, else the oldest it has (None: launch it)."""
+        has not handed out yet, else the oldest it has (None: launch it). A comparison group's run
+        (a group.* tag among `tags`) is answered only by a record of that group: a configuration two
+        groups share is timed in each."""
+        groups = {t for t in tags if str(t).startswith("group.")}
         found = [
             r
             for r in store.find(cfg, exclude=exclude, profiled=profile)
-            if self.tag in (r.get("tags") or ())
+            if self.tag in (r.get("tags") or ()) and groups <= set(r.get("tags") or ())
         ]
         if not found:
             return None

@@ -289,7 +289,7 @@ def run(
     store = as_store(store)
     within = reproduction.current(store) if mode != "cached" else None
     if within is not None:
-        if (mine := within.measured(cfg, store, exclude, profile)) is not None:
+        if (mine := within.measured(cfg, store, exclude, profile, tags)) is not None:
             return Result(mine, "live")  # measured by this reproduction before it was cut short
         # a quick reproduction: not one of its figures' defining points; or wider than its GPUs
         if within.skips(cfg) or within.wider(cfg):
