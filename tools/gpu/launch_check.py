@@ -1,15 +1,19 @@
-"""Does a run start faster without torchrun's agent, and train the same? The GPU check of
-megalab.jobs.spawn, on 2 GPUs.
+"""Does a run start faster without torchrun's agent (or from a warm fork-server), and train the
+same? The GPU check of megalab.jobs.spawn and megalab.jobs.forkserver, on 2 GPUs.
 
     python3 tools/gpu/launch_check.py [--preset gpt-1.2b] [--gpus 2] [--rounds 2] [--plan]
+    python3 tools/gpu/launch_check.py --launchers spawn,forkserver    # megalab.jobs.forkserver
 
 One configuration (TP 2 with CUDA graphs, as the chapters' comparison groups run) is launched fresh
-`--rounds` times under each launcher, alternated (spawn, torchrun, spawn, torchrun: MEGALAB_LAUNCHER
-picks), all recorded tagged "launch-check". It prints each run's launch to first step with its
-start-up marks (`python`: launch to the rank's first line of Python, the part the agent costs) and
-the median of each launcher; it checks that every run's loss curve equals the first spawned run's
-within the trainer's parity floor (jobs.sweep.PARITY_FLOOR). Exit code 0 when the losses agree, 1
-otherwise; --plan prints the configuration and stops (no GPU).
+`--rounds` times under each launcher of `--launchers`, alternated (spawn, torchrun, spawn,
+torchrun: MEGALAB_LAUNCHER picks), all recorded tagged "launch-check" and "launcher:<name>". It
+prints each run's launch to first step with its start-up marks (`python`: launch to the rank's
+first line of Python, the part the agent costs; `imports`: torch, Megatron and Transformer Engine
+loaded, the part the fork-server's warm imports remove) and the median of each launcher. The first
+forkserver launch also starts its server (the imports, once): use --rounds 3 or more for its
+median. It checks that every run's loss curve equals the first launcher's first run's within the
+trainer's parity floor (jobs.sweep.PARITY_FLOOR). Exit code 0 when the losses agree, 1 otherwise;
+--plan prints the configuration and stops (no GPU).
 """
 
 from __future__ import annotations
@@ -34,6 +38,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=2, help="launches per launcher, alternated")
     p.add_argument("--iters", type=int, default=10, help="steps per run")
     p.add_argument("--timeout", type=float, default=600, help="seconds per run")
+    p.add_argument(
+        "--launchers",
+        default=",".join(LAUNCHERS),
+        help="MEGALAB_LAUNCHER values to alternate (spawn, torchrun, forkserver)",
+    )
     p.add_argument("--plan", action="store_true", help="print the configuration and stop")
     return p.parse_args(argv)
 
@@ -50,7 +59,13 @@ def config(ns):
 def main(argv=None) -> int:
     ns = parse_args(argv)
     cfg = config(ns)
+    launchers = [how.strip() for how in ns.launchers.split(",") if how.strip()]
+    if not launchers or set(launchers) - {"spawn", "torchrun", "forkserver"}:
+        sys.exit(
+            f"--launchers: spawn, torchrun or forkserver, comma-separated, not {ns.launchers!r}"
+        )
     print(cfg.label)
+    print("launchers:", ", ".join(launchers))
     if ns.plan:
         return 0
     import megalab
@@ -59,7 +74,7 @@ def main(argv=None) -> int:
 
     runs = []
     for _ in range(ns.rounds):
-        for how in LAUNCHERS:
+        for how in launchers:
             os.environ[LAUNCHER] = how
             res = megalab.run(cfg, mode="live", tags=[TAG, f"launcher:{how}"], timeout_s=ns.timeout)
             marks = res.summary.get("startup_marks_s")
@@ -70,17 +85,19 @@ def main(argv=None) -> int:
             runs.append((how, res))
     os.environ.pop(LAUNCHER, None)
     problems = [f"{how}: {r.status}" for how, r in runs if not r.ok]
-    first = next((r for how, r in runs if how == "spawn" and r.ok), None)
-    for how in LAUNCHERS:
+    first = next((r for how, r in runs if how == launchers[0] and r.ok), None)
+    for how in launchers:
         starts = [r.summary.get("startup_s") for h, r in runs if h == how and r.ok]
-        python = [
-            (r.summary.get("startup_marks_s") or {}).get("python") for h, r in runs if h == how
-        ]
+        marks = [r.summary.get("startup_marks_s") or {} for h, r in runs if h == how and r.ok]
         if starts:
+            to = {
+                name: statistics.median(m[name] for m in marks if name in m) if marks else None
+                for name in ("python", "imports")
+            }
             print(
                 f"{how}: median launch to first step {statistics.median(starts):.1f} s, "
-                f"to the rank's Python "
-                f"{statistics.median(p for p in python if p is not None):.1f} s"
+                f"to the rank's Python {to['python']:.1f} s, to its imports done "
+                f"{to['imports']:.1f} s"
             )
     for how, r in runs:
         if first is None or not r.ok:

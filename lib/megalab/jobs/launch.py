@@ -46,7 +46,8 @@ EXIT_GRACE_S = 60
 # Megatron-LM's pretrain() prints it once its last step is logged
 PEER_DONE = "[after training is done]"
 RDZV_PORT = 29500
-# MEGALAB_LAUNCHER=torchrun starts one-node megalab runs under torchrun too (megalab.jobs.spawn)
+# MEGALAB_LAUNCHER=torchrun starts one-node megalab runs under torchrun too (megalab.jobs.spawn);
+# MEGALAB_LAUNCHER=forkserver as forks of a warm server (megalab.jobs.forkserver)
 LAUNCHER = "MEGALAB_LAUNCHER"
 # Multicast (NVLS) is off on the hosts this book was measured on; NCCL and symmetric memory would
 # otherwise try it and fail or hang at communicator creation.
@@ -187,11 +188,14 @@ def torchrun_command(
 def one_node(nproc: int, rank_argv: list[str]) -> list[str]:
     """The argv that starts `rank_argv` (a rank's Python arguments) as `nproc` ranks on this node:
     under megalab.jobs.spawn (no torchrun agent to import torch and rendezvous first), or torchrun
-    --standalone where MEGALAB_LAUNCHER=torchrun."""
-    if os.environ.get(LAUNCHER) == "torchrun":
+    --standalone where MEGALAB_LAUNCHER=torchrun, or forks of a warm server that has imported torch
+    and Megatron once where MEGALAB_LAUNCHER=forkserver (megalab.jobs.forkserver)."""
+    how = os.environ.get(LAUNCHER)
+    if how == "torchrun":
         standalone = ["--standalone", f"--nproc_per_node={nproc}"]
         return [sys.executable, "-m", "torch.distributed.run", *standalone, *rank_argv]
-    return [sys.executable, "-m", "megalab.jobs.spawn", f"--nproc={nproc}", "--", *rank_argv]
+    module = "megalab.jobs.forkserver" if how == "forkserver" else "megalab.jobs.spawn"
+    return [sys.executable, "-m", module, f"--nproc={nproc}", "--", *rank_argv]
 
 
 def child_env(env: dict | None = None, first: Path = LIB_DIR) -> dict:

@@ -127,7 +127,16 @@ def run(nproc: int, rank_argv: list[str], grace_s: float = GRACE_S) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
+    return supervise(procs, stopped, grace_s)
+
+
+def supervise(procs: list, stopped: list, grace_s: float = GRACE_S, tick=None) -> int:
+    """Wait on the ranks `procs` (anything with Popen's poll and send_signal): 0 when every rank
+    exits 0, else the first failure's code; a signal number appended to `stopped` stops them all
+    (128 + signal). tick() runs every POLL_S (megalab.jobs.forkserver reads its client there)."""
     while True:
+        if tick is not None:
+            tick()
         if stopped:
             _stop(procs, grace_s)
             return 128 + stopped[0]
