@@ -209,3 +209,19 @@ def test_the_trainer_trains_the_same_through_the_forkserver(env, tmp_path):
         assert [s[key] for s in parsed.steps] == [s[key] for s in fresh.steps]
     marks = parsed.summary["startup_marks_s"]
     assert 0 <= marks["python"] <= marks["imports"] <= marks["first_step"]
+
+
+def test_a_launched_dry_run_goes_through_the_forkserver(env, tmp_path, monkeypatch):
+    """launch -> one_node -> `-m megalab.train --dry-run` forked from the warm server."""
+    from megalab import theory
+    from test_train_cpu import LLAMA
+
+    monkeypatch.setenv(launch.LAUNCHER, "forkserver")
+    monkeypatch.setenv(forkserver.DIR, env[forkserver.DIR])
+    cfg = LLAMA.replace(gpus=2, tp=2)
+    outcome = launch.launch(cfg, runs_root=tmp_path, progress=False, dry_run=True, timeout_s=300)
+    log = (outcome.run_dir / "log.txt").read_text()
+    assert outcome.status == "ok" and "spawn does" not in log, log[-4000:]
+    rows = sorted(outcome.parsed.params, key=lambda r: r["rank"])
+    assert [r["params"] for r in rows] == theory.params_per_rank(cfg)
+    assert forkserver.ping(forkserver.socket_path(2, launch.child_env())) is not None
