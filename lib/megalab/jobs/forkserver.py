@@ -119,7 +119,7 @@ def ping(path: str) -> int | None:
         with _dial(path) as conn:
             conn.settimeout(10)
             _send_request(conn, {"ping": True}, [])
-            return json.loads(conn.makefile("rb").readline())["server"]
+            return json.loads(conn.makefile("rb", buffering=0).readline())["server"]
     except (OSError, ValueError, KeyError):
         return None
 
@@ -179,7 +179,7 @@ def run(conn: socket.socket, nproc: int, rank_argv: list[str]) -> int:
     stopped, sent = [], []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: stopped.append(signum))
-    replies = conn.makefile("rb")
+    replies = conn.makefile("rb", buffering=0)  # unbuffered: select sees every line not yet read
     try:
         _send_request(conn, request, [1, 2])
         if "pids" not in json.loads(replies.readline() or b"{}"):
@@ -403,7 +403,7 @@ def _manage(conn: socket.socket, level: str) -> None:
 
     def tick():  # a stop from the client, or the client gone (even kill -9)
         if not stopped and select.select([conn], [], [], 0)[0]:
-            line = conn.makefile("rb").readline()
+            line = conn.makefile("rb", buffering=0).readline()
             stopped.append(json.loads(line)["stop"] if line else signal.SIGTERM)
 
     code = spawn.supervise(ranks, stopped, spawn.GRACE_S, tick)
