@@ -138,8 +138,10 @@ def tradeoff(g) -> "pd.DataFrame":
 
 def provenance(g) -> "pd.DataFrame":
     """Group `g` run by run for the evidence page (ch02_analysis.runs_table: runs, each run's
-    median, the median and its 95% interval, half-width, whether wider than ±2%, MFU), each
-    configuration named by model, layout and micro-batch in words."""
+    median, the median and its 95% interval, half-width, whether wider than ±2%, MFU; peak_gib,
+    the runs' median peak reserved memory per GPU), each configuration named by model, layout and
+    micro-batch in words."""
     from megalab.book.chapters.ch02_analysis import runs_table
 
-    return runs_table(g).assign(configuration=[_label(c) for c in g["cfg"]])
+    table = runs_table(g).assign(configuration=[_label(c) for c in g["cfg"]])
+    return table.assign(peak_gib=g["peak_gib"].to_numpy())
