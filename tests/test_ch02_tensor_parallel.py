@@ -99,7 +99,7 @@ def test_runs_table_names_every_configuration_in_words(group):
     assert len(rows) == len(group) and (rows["runs"] >= 2).all()
     assert "gpt-1.2b, TP 2, eager" in set(rows["configuration"])
     assert not rows["configuration"].str.contains("_tp").any()
-    assert rows["run_medians"].str.count(",").eq(rows["runs"] - 1).all()
+    assert rows["run_medians"].str.count(";").eq(rows["runs"] - 1).all()
 
 
 # -- step_parts on a made-up profile

@@ -118,7 +118,7 @@ def test_speedup_divides_each_length_by_its_one_gpu_run():
     assert list(s["speedup"]) == pytest.approx([1.0, 100 / 80, 100 / 90, 1.0, 240 / 150])
     table = ch04.runs_table(_group(cfgs))
     assert table["configuration"].iloc[-1] == "8k tokens, CP 2 (all-gather)"
-    assert table["run_medians"].iloc[0] == "100.0, 101.0" and list(table["runs"]) == [2] * 5
+    assert table["run_medians"].iloc[0] == "100.0; 101.0" and list(table["runs"]) == [2] * 5
     assert set(table["wide"]) == {"no"}
     # the group's medians make the same line as runs do: no fixed part when the GPU paces the step
     line = eager.fixed_cost([(c, ms / 1e3) for c, ms in cfgs.items() if c.cp == 1])

@@ -408,7 +408,7 @@ def runs_table(g):
                 for c in g["cfg"]
             ],
             "runs": g["runs"].astype(int),
-            "run_medians": [", ".join(f"{ms:.1f}" for ms in v) for v in g["run_ms"]],
+            "run_medians": ["; ".join(f"{ms:,.1f}" for ms in v) for v in g["run_ms"]],
             "median_ms": g["median_ms"],
             "lo_ms": g["lo_ms"],
             "hi_ms": g["hi_ms"],

@@ -357,7 +357,7 @@ def runs_table(g):
         {
             "configuration": [f"{c.seq // 1024}k tokens, {layout(c)}" for c in g["cfg"]],
             "runs": g["runs"].astype(int).to_numpy(),
-            "run_medians": [", ".join(f"{ms:.1f}" for ms in v) for v in g["run_ms"]],
+            "run_medians": ["; ".join(f"{ms:,.1f}" for ms in v) for v in g["run_ms"]],
             "median_ms": g["median_ms"].to_numpy(),
             "lo_ms": g["lo_ms"].to_numpy(),
             "hi_ms": g["hi_ms"].to_numpy(),
