@@ -347,22 +347,9 @@ def host_words(g) -> str:
 
 
 def runs_table(g):
-    """Group `g` run by run, for the evidence page: configuration (length and layout in words),
-    runs, run_medians (each run's median step in ms, in the order they ran), median_ms, lo_ms,
-    hi_ms, half (the 95% interval's half-width over the median), wide ('yes' when the interval is
-    wider than ±2%, else 'no') and mfu."""
-    import pandas as pd
+    """Group `g` run by run, for the evidence page: ch02_analysis.runs_table (runs, each run's
+    median in the order they ran, the median, its 95% interval, half-width, whether wider than ±2%,
+    MFU) with each configuration named by its length and layout in words."""
+    from megalab.book.chapters.ch02_analysis import runs_table as by_run
 
-    return pd.DataFrame(
-        {
-            "configuration": [f"{c.seq // 1024}k tokens, {layout(c)}" for c in g["cfg"]],
-            "runs": g["runs"].astype(int).to_numpy(),
-            "run_medians": ["; ".join(f"{ms:,.1f}" for ms in v) for v in g["run_ms"]],
-            "median_ms": g["median_ms"].to_numpy(),
-            "lo_ms": g["lo_ms"].to_numpy(),
-            "hi_ms": g["hi_ms"].to_numpy(),
-            "half": g["half"].to_numpy(),
-            "wide": ["yes" if w else "no" for w in g["wide"]],
-            "mfu": g["mfu"].to_numpy(),
-        }
-    )
+    return by_run(g).assign(configuration=[f"{c.seq // 1024}k tokens, {layout(c)}" for c in g["cfg"]])
