@@ -97,11 +97,13 @@ def note(*groups) -> str:
     if not said and not kept:
         return ""
     said, kept = list(dict.fromkeys(said)), list(dict.fromkeys(kept))
+    marked = [g for g in groups if partial(g)]
+    mine = min(g.attrs["yours"]["rounds"] for g in marked)
     answer = (
         f"The book's records answer for what they did not: {'; '.join(kept)}. "
         if kept
-        else "Each was timed once, where the book alternated them over "
-        f"{int(min(g['runs'].min() for g in groups if partial(g)))} rounds. "
+        else f"Each was timed {'once' if mine == 1 else f'{mine} times'}, where the book "
+        f"alternated them over {int(min(g['runs'].min() for g in marked))} rounds. "
     )
     return (
         f"Your GPUs re-measured {'; '.join(said) or 'none of these points'}. {answer}"
