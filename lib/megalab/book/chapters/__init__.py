@@ -13,6 +13,7 @@ reproduction re-measures), a line in CHAPTERS, a notebook in
 
 from __future__ import annotations
 
+import functools
 from types import ModuleType
 
 from megalab.book.chapters import (
@@ -62,13 +63,32 @@ CHAPTERS: dict[str, ModuleType] = {
 # pages that are not chapters but record runs the same way (`megalab experiments performance`)
 PAGES: dict[str, ModuleType] = {"performance": performance_runs}
 
-data_parallel = ch01_data_parallel.runs
-tensor_parallel = ch02_tensor_parallel.runs
-sequence_parallel = ch03_sequence_parallel.runs
-context_parallel = ch04_context_parallel.runs
-pipeline_parallel = ch05_pipeline_parallel.runs
-expert_parallel = ch06_expert_parallel.runs
-choosing_a_layout = ch07_choosing_a_layout.runs
+
+
+def _with_book_groups(runs_of):
+    """A chapter's `runs`, whose comparison groups the reader's GPUs cannot form (ch01's overlap
+    needs DP 2: none on 1 GPU) are the book's (BOOK_GPUS): Group.run then reads them from the
+    records, as it does any group wider than the GPUs at hand, and the page's cells find every
+    group they read."""
+
+    @functools.wraps(runs_of)
+    def runs(gpus: int = BOOK_GPUS, *args, **kw) -> dict:
+        out = runs_of(gpus, *args, **kw)
+        if gpus < BOOK_GPUS and "groups" in out:
+            book = runs_of(BOOK_GPUS, *args, **kw)["groups"]
+            out["groups"] = {**book, **out["groups"]}
+        return out
+
+    return runs
+
+
+data_parallel = _with_book_groups(ch01_data_parallel.runs)
+tensor_parallel = _with_book_groups(ch02_tensor_parallel.runs)
+sequence_parallel = _with_book_groups(ch03_sequence_parallel.runs)
+context_parallel = _with_book_groups(ch04_context_parallel.runs)
+pipeline_parallel = _with_book_groups(ch05_pipeline_parallel.runs)
+expert_parallel = _with_book_groups(ch06_expert_parallel.runs)
+choosing_a_layout = _with_book_groups(ch07_choosing_a_layout.runs)
 
 
 class UnknownChapter(KeyError):

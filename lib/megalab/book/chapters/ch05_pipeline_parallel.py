@@ -256,6 +256,7 @@ def defining(gpus: int = 2, iters: int = ITERS) -> list:
     most among them: the trend, inside the 10 minutes a quick chapter has on 4 GPUs), the first loss
     parity, and one round of the interleaving comparison group with its CUDA-graph settings."""
     r = runs(gpus, iters)
-    bubble = r["bubble"][max(k for k in r["bubble"] if k <= gpus)] if r["bubble"] else []
+    widest = max((k for k in r["bubble"] if k <= gpus), default=None)  # none on 1 GPU
+    bubble = r["bubble"][widest] if widest else []
     bubble = [*bubble[:-1:2], *bubble[-1:]]
     return [*bubble, *r["parity"][:1], *[g for n, g in r["groups"].items() if n == "vpp"]]

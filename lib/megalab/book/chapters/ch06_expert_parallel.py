@@ -258,7 +258,8 @@ def defining(gpus: int = 2, iters: int = ITERS) -> list:
     reference: DP against EP at the widest layout, the first loss parity, and one round of the EP
     comparison group with its CUDA-graph settings."""
     r = runs(gpus, iters)
-    top = r["layouts"][max(k for k in r["layouts"] if k <= gpus)] if r["layouts"] else {}
+    widest = max((k for k in r["layouts"] if k <= gpus), default=None)  # none on 1 GPU
+    top = r["layouts"][widest] if widest else {}
     return [
         *top.get("dp", ()),
         *top.get("ep", ()),
