@@ -205,6 +205,29 @@ def graphed_points(graphed):
     return pd.concat(parts, ignore_index=True)
 
 
+def fitting_search(base, gpus: int, most: int = 64, **kw):
+    """search.search(base, gpus, **kw), or, where no layout of the model fits on `gpus` GPUs (the
+    default 8 B job on one H200, as a reproduction on one GPU asks), the search on the fewest
+    GPUs (doubling, up to `most`) where one does, said in one printed line; the Ranking's `gpus`
+    says which. A model that fits on none up to `most` raises ValueError."""
+    from megalab.predict import search
+
+    n = gpus
+    while True:
+        ranking = search.search(base, n, **kw)
+        if len(ranking):
+            break
+        if n * 2 > most:
+            raise ValueError(
+                f"{base.name}: no layout fits on {gpus} to {most} GPUs at gbs {base.gbs}, "
+                f"seq {base.seq}: lower gbs or seq, or pick a smaller preset"
+            )
+        n *= 2
+    if n != gpus:
+        print(f"{base.name} fits no layout on {gpus} GPU(s); ranked on {n}, the fewest that hold it")
+    return ranking
+
+
 def ranked(ranking, cal, level: float = 0.8):
     """A search.Ranking as rows: rank, layout (frame.describe), mbs, predicted_s with lo_s and hi_s
     (the central `level` of the held-out records' measured/predicted ratios, cal.interval), mem_gib,
