@@ -120,6 +120,15 @@ def test_host_probe_reads_the_store_file(tmp_path):
     assert t.loc["host time per eager kernel launch", "reference host"] == "7.0 µs"
 
 
+def test_a_store_without_the_probe_reads_the_committed_one(tmp_path, monkeypatch):
+    """A fresh store (a GPU host's recording sets MEGALAB_RESULTS to one) holds no probes: the
+    book's committed results/ answers; with no checkout either, the error names both places."""
+    assert ch00.host_probe(tmp_path)["links"] == ch00.host_probe()["links"]
+    monkeypatch.setattr("megalab.machine.env.repo_root", lambda: None)
+    with pytest.raises(FileNotFoundError, match="run tools/gpu/host_probe.py on that host"):
+        ch00.host_probe(tmp_path)
+
+
 def test_yours_reads_the_launch_point_just_measured_here():
     launch = {
         "bench": "launch",

@@ -126,3 +126,16 @@ def test_why_not_first_and_constants_read_as_words():
         "28.7",
         "0.509",
     ]
+
+
+def test_a_job_too_big_for_the_gpus_is_ranked_on_the_fewest_that_hold_it(cal, capsys):
+    """The page's default job (llama3-8b, gbs 32, seq 4096) on one H200, as a reproduction on one
+    GPU asks: ranked on 2, said in one line; a model that fits nowhere is refused with what to
+    change."""
+    base = presets.get("llama3-8b").replace(seq=4096, gbs=32)
+    ranking = ch07.fitting_search(base, 1, gpu="H200", top=3, model=cal)
+    assert ranking.gpus == 2 and len(ranking) == 3
+    assert "fits no layout on 1 GPU(s); ranked on 2" in capsys.readouterr().out
+    assert ch07.fitting_search(base, 4, gpu="H200", top=3, model=cal).gpus == 4
+    with pytest.raises(ValueError, match="lower gbs or seq, or pick a smaller preset"):
+        ch07.fitting_search(base.replace(seq=1 << 20, gbs=1), 1, most=2, gpu="H200", top=1)

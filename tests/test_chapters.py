@@ -494,3 +494,21 @@ def test_the_fair_peer_pair_is_one_group_of_equal_settings():
     assert {c.grad_accum_fusion for c in g.configs} == {"off"}
     ours, peer = g.configs[:2]
     assert peer.replace(runner="megalab", init="layout_invariant") == ours
+
+
+@pytest.mark.parametrize("name", ["ch01", "ch02", "ch03", "ch04", "ch05", "ch06", "ch07"])
+def test_a_chapter_on_one_gpu_keeps_every_comparison_group_and_its_defining_points(name):
+    """A reproduction on fewer GPUs than the book's (`--gpus 1`) asks for the same groups by name
+    (ch01's overlap needs DP 2: the book's, read from the records); defining() plans for it."""
+    alias = {
+        "ch01": chapters.data_parallel,
+        "ch02": chapters.tensor_parallel,
+        "ch03": chapters.sequence_parallel,
+        "ch04": chapters.context_parallel,
+        "ch05": chapters.pipeline_parallel,
+        "ch06": chapters.expert_parallel,
+        "ch07": chapters.choosing_a_layout,
+    }[name]
+    book = set(alias(chapters.BOOK_GPUS).get("groups", {}))
+    assert set(alias(1).get("groups", {})) == book
+    assert all(x.gpus == 1 for x in chapters.defining(name, 1) if hasattr(x, "gpus"))

@@ -106,3 +106,17 @@ def test_git_commit(monkeypatch):
     monkeypatch.delenv("MEGALAB_COMMIT")
     commit = env.git_commit()
     assert commit is None or len(commit) == 40
+
+
+def test_a_rank_records_what_started_it(monkeypatch):
+    """env.launcher: the mark spawn or the fork-server leaves in each rank, torchrun's own run id,
+    or None outside a rank (the value "1" is spawn's mark before it named itself)."""
+    for name in ("MEGALAB_SPAWNED", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(name, raising=False)
+    assert env.launcher() is None
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
+    assert env.launcher() == "torchrun"
+    for mark, said in (("spawn", "spawn"), ("forkserver", "forkserver"), ("1", "spawn")):
+        monkeypatch.setenv("MEGALAB_SPAWNED", mark)
+        assert env.launcher() == said
+    assert env.fingerprint()["launcher"] == "spawn"

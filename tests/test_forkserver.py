@@ -209,6 +209,7 @@ def test_the_trainer_trains_the_same_through_the_forkserver(env, tmp_path):
         assert [s[key] for s in parsed.steps] == [s[key] for s in fresh.steps]
     marks = parsed.summary["startup_marks_s"]
     assert 0 <= marks["python"] <= marks["imports"] <= marks["first_step"]
+    assert parsed.summary["env"]["launcher"] == "forkserver"  # the record's env.launcher
 
 
 def test_a_launched_dry_run_goes_through_the_forkserver(env, tmp_path, monkeypatch):

@@ -367,3 +367,18 @@ def test_an_inherited_local_rank_does_not_reach_the_ranks(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "8")
     env = launch.child_env()
     assert "LOCAL_RANK" not in env and "WORLD_SIZE" not in env and env["NCCL_NVLS_ENABLE"] == "0"
+
+
+def test_a_notebook_starts_runs_from_the_warm_server_and_the_rest_spawn(monkeypatch):
+    """JupyterLab and `megalab reproduce` (notebook kernels) fork ranks from the warm server; the
+    book's recordings (a plain process) spawn them; MEGALAB_LAUNCHER wins, checked early."""
+    monkeypatch.delenv(launch.LAUNCHER, raising=False)
+    assert launch.launcher() == "spawn"
+    monkeypatch.setattr(launch, "_in_notebook", lambda: True)
+    assert launch.launcher() == "forkserver"
+    assert launch.one_node(2, ["-m", "megalab.train"])[2] == "megalab.jobs.forkserver"
+    monkeypatch.setenv(launch.LAUNCHER, "spawn")
+    assert launch.launcher() == "spawn"
+    monkeypatch.setenv(launch.LAUNCHER, "fork")
+    with pytest.raises(ValueError, match="pick one of spawn, torchrun, forkserver"):
+        launch.one_node(2, ["-m", "megalab.train"])

@@ -201,6 +201,18 @@ def test_wall_time_reads_as_one_wrapped_sentence():
     assert "megalab reproduce 02_tensor_parallel --mode live --quick" in " ".join(waiting.split())
 
 
+def test_an_estimate_quotes_a_reproduction_measured_on_another_gpu_count():
+    """Chapter 2's page (4 GPUs) estimates its quick reproduction there, and quotes the one measured
+    on 1×H200 (results/): its minutes to one decimal under ten, its runs and launch median."""
+    text = " ".join(str(live.time_to_reproduce("02_tensor_parallel", 4, quick=True)).split())
+    assert text.startswith("Quick live reproduction on 4 × H200: about ")
+    assert (
+        "Measured: Quick live reproduction on 1 × NVIDIA H200: 1.5 minutes (3 runs launched" in text
+    )
+    full = str(live.time_to_reproduce("02_tensor_parallel", 4))
+    assert "Measured" not in full  # the full one on 1 GPU launched nothing: all read from records
+
+
 @pytest.mark.parametrize(
     "change, says",
     [

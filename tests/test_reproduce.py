@@ -336,3 +336,21 @@ def test_a_page_is_named_by_folder_number_or_ch_number_chapter_0_too():
     assert not reproduce._matches(page, "ch01")
     names = reproduce.page_names()
     assert len(names) == len(set(names)) and "performance_evidence" in names
+
+
+def test_a_live_reproduction_forks_its_ranks_from_the_warm_server(monkeypatch):
+    """Live or auto: MEGALAB_LAUNCHER=forkserver while it runs, unless the reader set one;
+    cached leaves it alone; the variable is as before afterwards."""
+    import os
+
+    from megalab.jobs.launch import LAUNCHER
+
+    monkeypatch.delenv(LAUNCHER, raising=False)
+    with reproduce._reader_launcher("auto"):
+        assert os.environ[LAUNCHER] == "forkserver"
+    assert LAUNCHER not in os.environ
+    with reproduce._reader_launcher("cached"):
+        assert LAUNCHER not in os.environ
+    monkeypatch.setenv(LAUNCHER, "spawn")
+    with reproduce._reader_launcher("live"):
+        assert os.environ[LAUNCHER] == "spawn"

@@ -80,7 +80,11 @@ def launches(page: str, gpus: int, quick: bool, costs: Costs | None = None) -> l
     if chapter is None or gpus < 1:
         return []
     costs = costs or Costs()
-    r = chapters.runs(chapter, gpus)
+    # a page shows the book's runs, whatever `gpus` (the wider ones from the records), and times
+    # the comparison groups `gpus` GPUs can form (chapters.BOOK_GPUS)
+    r = chapters.runs(chapter, max(gpus, chapters.BOOK_GPUS))
+    if gpus < chapters.BOOK_GPUS and "groups" in r:
+        r = {**r, "groups": chapters.runs(chapter, gpus).get("groups", {})}
     defining = chapters.defining(chapter, gpus)
     keys = set(quick_keys(page, gpus, costs.gpu)) if quick else None
     out: list[Launch] = []
@@ -117,8 +121,9 @@ def launches(page: str, gpus: int, quick: bool, costs: Costs | None = None) -> l
             for probe, fits in _probes(item, quick, costs):
                 if measures(probe, question=True) and not made[probe.key, False]:
                     add(probe, "search", costs.fresh(probe) if fits else costs.failed(probe))
-        elif isinstance(item, Parity) and item.cfg.gpus <= gpus:
-            # two distinct references (their spread), shared by every parity of that reference
+        elif isinstance(item, Parity):
+            # two distinct references (their spread), shared by every parity of that reference; a
+            # layout wider than `gpus` is read from the records, its one-GPU references measured
             for c, n in ((reference_of(item.cfg), 2), (item.cfg, 1)):
                 have = made[c.key, False] + (
                     0 if keys is None or c.key in keys else costs.anywhere[c.key]
@@ -188,16 +193,23 @@ class Estimate:
 
 
 def estimate(
-    page: str, gpus: int, gpu: str = "H200", store=None, reproduction: str | None = None
+    page: str,
+    gpus: int,
+    gpu: str = "H200",
+    store=None,
+    reproduction: str | None = None,
+    launcher: str | None = None,
 ) -> Estimate | None:
     """How long a live reproduction of `page` should take on `gpus` GPUs of model `gpu`, full and
-    quick: the page's PAGE_S and what it launches (launches), each costed from the records. The
+    quick: the page's PAGE_S and what it launches (launches), each costed from the records as
+    `launcher` starts runs (default: as they would start here, megalab.jobs.launch.launcher). The
     runs `reproduction` already measured are left out. None for a page of no chapter."""
+    from megalab.jobs.launch import launcher as starts
     from megalab.records import reproductions
 
     if chapter_of(page) is None or gpus < 1:
         return None
-    costs = Costs(store, gpu)
+    costs = Costs(store, gpu, launcher=launcher or starts())
     full, fast = launches(page, gpus, False, costs), launches(page, gpus, True, costs)
     done = Counter()
     if reproduction is not None:

@@ -213,11 +213,19 @@ def wall_time(page: str, gpus: int | None = None, quick: bool = False, store=Non
 def time_to_reproduce(page: str, gpus: int | None = None, quick: bool = False, gpu: str = "H200"):
     """A chapter's "How to reproduce" wall time (wall_time) where a live reproduction finished,
     else the same WallTime carrying the estimate from the recorded runs' start-up and step times
-    (estimate; on `gpus`, or 4 when None): never a time made up."""
+    (estimate; on `gpus`, or 4 when None), with the newest reproduction that finished on another
+    GPU count having launched runs (`elsewhere`): never a time made up."""
     from dataclasses import replace
 
     took = wall_time(page, gpus, quick=quick)
     e = None if took.measured else estimate(page, gpus or 4, gpu)
     if e is None:
         return took
-    return replace(took, gpus=gpus or 4, gpu_name=gpu, estimated_s=e.quick_s if quick else e.full_s)
+    other = wall_time(page, None, quick=quick)
+    return replace(
+        took,
+        gpus=gpus or 4,
+        gpu_name=gpu,
+        estimated_s=e.quick_s if quick else e.full_s,
+        elsewhere=other if other.measured and other.launched else None,
+    )

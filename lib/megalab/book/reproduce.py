@@ -41,6 +41,7 @@ that points at this interpreter (`sys.executable`), whatever other `python3` ker
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -348,6 +349,30 @@ def reproduce(
         parameters["quick"] = True
     rows = []
     todo = notebooks(chapters, base)
+    with _reader_launcher(mode):
+        return _run_all(todo, base, out_dir, parameters, force, quick, fresh, reuse, rows)
+
+
+@contextlib.contextmanager
+def _reader_launcher(mode: str):
+    """A live (or auto) reproduction starts its runs' ranks from the warm fork-server
+    (launch.READER_LAUNCHER) unless $MEGALAB_LAUNCHER says otherwise; restored after."""
+    from megalab.jobs.launch import LAUNCHER, READER_LAUNCHER
+
+    before = os.environ.get(LAUNCHER)
+    if mode != "cached" and not before:
+        os.environ[LAUNCHER] = READER_LAUNCHER
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(LAUNCHER, None)
+        else:
+            os.environ[LAUNCHER] = before
+
+
+def _run_all(todo, base, out_dir, parameters, force, quick, fresh, reuse, rows) -> int:
+    """reproduce's loop over the notebooks: its exit code."""
     for nb in todo:
         src, dst = base / nb, executed_path(nb, base, out_dir)
         start = time.perf_counter()

@@ -1,5 +1,6 @@
 """Start one node's ranks as forks of a warm server that has imported torch and Megatron once:
-what `launch` runs where MEGALAB_LAUNCHER=forkserver (megalab.jobs.spawn stays the default).
+what `launch` runs where MEGALAB_LAUNCHER=forkserver, as a live reproduction sets it unless told
+otherwise (megalab.book.reproduce; megalab.jobs.spawn stays the default elsewhere).
 
     python -m megalab.jobs.forkserver --nproc 2 -- -m megalab.train <flags>
 
@@ -428,7 +429,7 @@ def _become_rank(argv: list[str], cwd: str, env: dict, fds: list[int]) -> None:
         for fd in (null, *fds):
             os.close(fd)
         os.environ.clear()
-        os.environ.update(env)
+        os.environ.update({**env, spawn.SPAWNED: "forkserver"})  # the record's env.launcher
         os.chdir(cwd)
         _streams(env)
         _fresh_state(env)

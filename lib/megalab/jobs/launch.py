@@ -49,6 +49,10 @@ RDZV_PORT = 29500
 # MEGALAB_LAUNCHER=torchrun starts one-node megalab runs under torchrun too (megalab.jobs.spawn);
 # MEGALAB_LAUNCHER=forkserver as forks of a warm server (megalab.jobs.forkserver)
 LAUNCHER = "MEGALAB_LAUNCHER"
+LAUNCHERS = ("spawn", "torchrun", "forkserver")
+# a reader's live reproduction (`megalab reproduce --mode live`) starts ranks from the warm server:
+# on 1×H200 a run's launch to first step fell from 21.0 s to 7.5 s (median of 3, same losses)
+READER_LAUNCHER = "forkserver"
 # Multicast (NVLS) is off on the hosts this book was measured on; NCCL and symmetric memory would
 # otherwise try it and fail or hang at communicator creation.
 FORCED_ENV = {
@@ -190,12 +194,23 @@ def one_node(nproc: int, rank_argv: list[str]) -> list[str]:
     under megalab.jobs.spawn (no torchrun agent to import torch and rendezvous first), or torchrun
     --standalone where MEGALAB_LAUNCHER=torchrun, or forks of a warm server that has imported torch
     and Megatron once where MEGALAB_LAUNCHER=forkserver (megalab.jobs.forkserver)."""
-    how = os.environ.get(LAUNCHER)
+    how = launcher()
     if how == "torchrun":
         standalone = ["--standalone", f"--nproc_per_node={nproc}"]
         return [sys.executable, "-m", "torch.distributed.run", *standalone, *rank_argv]
     module = "megalab.jobs.forkserver" if how == "forkserver" else "megalab.jobs.spawn"
     return [sys.executable, "-m", module, f"--nproc={nproc}", "--", *rank_argv]
+
+
+def launcher() -> str:
+    """How runs start here: $MEGALAB_LAUNCHER (spawn, torchrun or forkserver); unset, the warm
+    fork-server in a notebook's kernel (a reader running a chapter in JupyterLab, or `megalab
+    reproduce`), spawn elsewhere (the book's recordings); a value outside those raises ValueError
+    with the choices."""
+    how = os.environ.get(LAUNCHER) or (READER_LAUNCHER if _in_notebook() else "spawn")
+    if how not in LAUNCHERS:
+        raise ValueError(f"{LAUNCHER}={how!r}: pick one of {', '.join(LAUNCHERS)}")
+    return how
 
 
 def child_env(env: dict | None = None, first: Path = LIB_DIR) -> dict:

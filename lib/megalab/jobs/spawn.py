@@ -30,7 +30,9 @@ import time
 
 GRACE_S = 10.0
 POLL_S = 0.2
-SPAWNED = "MEGALAB_SPAWNED"  # set in every rank this module starts
+SPAWNED = (
+    "MEGALAB_SPAWNED"  # set in every rank this module starts: "spawn" (forkserver's: "forkserver")
+)
 
 
 class BadSpawn(ValueError):
@@ -60,7 +62,7 @@ def rank_env(rank: int, nproc: int, port: int, base: dict | None = None) -> dict
             "ROLE_WORLD_SIZE": str(nproc),
             "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(port),
-            SPAWNED: "1",
+            SPAWNED: "spawn",
         }
     )
     return env

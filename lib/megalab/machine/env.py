@@ -170,7 +170,17 @@ def fingerprint() -> dict:
         "hostname": socket.gethostname(),
         "cpu_count": os.cpu_count(),
         "boot_id": boot_id(),
+        "launcher": launcher(),
     }
+
+
+def launcher() -> str | None:
+    """What started this process as a rank: "spawn" or "forkserver" (megalab.jobs, their mark
+    MEGALAB_SPAWNED), "torchrun", or None (not a rank)."""
+    mark = os.environ.get("MEGALAB_SPAWNED")
+    if mark:
+        return "spawn" if mark == "1" else mark
+    return "torchrun" if "TORCHELASTIC_RUN_ID" in os.environ else None
 
 
 def boot_id() -> str | None:

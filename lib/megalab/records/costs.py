@@ -4,6 +4,11 @@
     costs = Costs(store, "H200")          # one pass over the store
     costs.fresh(cfg)                      # seconds of cfg in a launch of its own
     costs.failed(cfg)                     # a probe that runs out of memory at step 0
+    Costs(store, "H200", launcher="forkserver")   # launches from the warm server
+
+A launch's cost depends on what starts the ranks (megalab.jobs.launch.launcher): from the warm
+fork-server a rank has nothing left to import, so a record launched otherwise is costed without
+its imports (its start-up marks' `imports` less `python`); on 1×H200 that turned 21.0 s into 7.5 s.
 
 A configuration nobody recorded is costed from a recorded run of the same shape (width, sequence,
 micro-batch, model-parallel split, kernels), scaled by its layers and micro-batches.
@@ -17,6 +22,9 @@ from collections import Counter
 # Measured on 2×H200 (quick reproductions of ch01 and ch02): a run's exit, its record and the next
 # run's launch take 3-8 s after its last step (median 5 s)
 GAP_S = 5.0
+# a rank forked from the warm server imports what is left in 0.0-0.7 s; a fresh interpreter's
+# imports took 10-15 s on every GPU host recorded
+FORKED_IMPORTS_S = 1.0
 NEWEST = 100  # launches whose median start-up a new launch is costed at (launches get cheaper)
 
 
@@ -54,10 +62,11 @@ class Costs:
     """The records' costs on GPU model `gpu`, read in one pass (retracted records aside): per run
     key its steps' seconds (`work`; `fewest`: its first warm-up + MIN_TIMED steps, what a run
     stopping on a tight median trains) and status; the median launch to first step of the newest
-    launches (`launch_s`) and of a run in a shared launch (`reused_s`); seconds per layer pass by
-    shape (for a configuration nobody recorded); how often each key is recorded on any GPU."""
+    launches (`launch_s`) and of a run in a shared launch (`reused_s`), as `launcher` would start
+    them (see the module's docstring); seconds per layer pass by shape (for a configuration nobody
+    recorded); how often each key is recorded on any GPU."""
 
-    def __init__(self, store=None, gpu: str = "H200"):
+    def __init__(self, store=None, gpu: str = "H200", launcher: str = "spawn"):
         from megalab.metrics import WARMUP_STEPS
         from megalab.records.store import as_store, same_gpu_model
         from megalab.records.timings import MIN_TIMED
@@ -82,9 +91,20 @@ class Costs:
             self.work[r.get("key")] = work
             self.fewest[r.get("key")] = _work(steps[: WARMUP_STEPS + MIN_TIMED])
             self.launched.pop(r.get("key"), None)
-            if summary.get("startup_s") is not None and steps[0] is not None:
-                at = (summary.get("startup_marks_s") or {}).get("batch_position") or 0
-                (reused if at else fresh).append(summary["startup_s"] - steps[0])
+            marks = summary.get("startup_marks_s") or {}
+            imported = max(0.0, (marks.get("imports") or 0) - (marks.get("python") or 0))
+            # forked from the warm server: said by the record (env.launcher), or by its marks
+            forked = (r.get("env") or {}).get("launcher") == "forkserver" or (
+                "imports" in marks and imported < FORKED_IMPORTS_S
+            )
+            if launcher != "forkserver" and forked:
+                pass  # its launch paid no imports: it says nothing of a fresh interpreter's
+            elif summary.get("startup_s") is not None and steps[0] is not None:
+                at = marks.get("batch_position") or 0
+                launch = summary["startup_s"] - steps[0]
+                if launcher == "forkserver":  # the server imported already
+                    launch -= imported
+                (reused if at else fresh).append(launch)
                 first.append(steps[0])
                 if not at:
                     self.launched[r.get("key")] = fresh[-1]

@@ -153,6 +153,8 @@ class WallTime:
     # where none finished: the time the recorded runs' start-up and steps predict (live.estimate),
     # and the GPU model they were recorded on
     estimated_s: float | None = None
+    # where none finished on these GPUs: the newest that finished on another count, launching runs
+    elsewhere: "WallTime | None" = None
 
     @property
     def measured(self) -> bool:
@@ -183,7 +185,8 @@ class WallTime:
         else:
             text = (
                 f"{how} live reproduction on {self.gpus} × {self.gpu_name or 'GPU'}: "
-                f"{self.minutes:.0f} minutes ({self.launched} runs launched, {self.read_back} read "
+                f"{self.minutes:.{1 if self.minutes < 10 else 0}f} minutes ({self.launched} runs "
+                f"launched, {self.read_back} read "
                 "back from the records"
                 + (
                     f"; launch to first step {self.launch_s:.0f} s, the median"
@@ -192,6 +195,8 @@ class WallTime:
                 )
                 + ")."
             )
+        if self.elsewhere is not None:
+            text += " Measured: " + str(self.elsewhere)
         return textwrap.fill(text, 88, break_on_hyphens=False)
 
 

@@ -53,6 +53,8 @@ ENV_FIELDS = (
     "cpu_count",
     # lent hosts all call themselves "vm": the boot tells one from the next (absent before)
     "boot_id",
+    # spawn, forkserver or torchrun: what a launch to first step includes (absent before)
+    "launcher",
 )
 
 

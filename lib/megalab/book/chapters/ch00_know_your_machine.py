@@ -110,11 +110,26 @@ def probe_checks(nccl):
 def host_probe(store=None, name: str = PROBE) -> dict:
     """A host probe file of the results store (PROBE by default), with `links`: the NVLink count of
     every GPU pair ("NV18") read from its `nvidia-smi topo -m` table."""
+    probe = json.loads(probe_path(name, store).read_text())
+    return {**probe, "links": links(probe.get("topo", ""))}
+
+
+def probe_path(name: str, store=None):
+    """Where probe file `name` ("probes/host-4xh200/host_probe.json") is: in the results store, or,
+    for a store that lacks it (MEGALAB_RESULTS pointing at a fresh one, as a GPU host's recording
+    does), in the checkout's committed results/; FileNotFoundError naming both otherwise."""
+    from megalab.machine.env import repo_root
     from megalab.records.store import as_store
 
-    path = as_store(store).root / name
-    probe = json.loads(path.read_text())
-    return {**probe, "links": links(probe.get("topo", ""))}
+    first = as_store(store).root / name
+    places = [first] + ([repo_root() / "results" / name] if repo_root() else [])
+    for path in places:
+        if path.exists():
+            return path
+    raise FileNotFoundError(
+        f"no host probe {name} in {' or '.join(str(p.parent) for p in places)}: run "
+        "tools/gpu/host_probe.py on that host, or point MEGALAB_RESULTS at the book's results/"
+    )
 
 
 def links(topo: str) -> list[str]:

@@ -29,19 +29,24 @@ ENVIRONMENT = {
 
 
 def probes(store=None) -> dict:
-    """{column name: host probe (with its links)} of every PROBES file the store holds."""
+    """{column name: host probe (with its links)} of every PROBES file the store holds; a store
+    holding none (a fresh one, as a GPU host's recording uses) reads the checkout's results/."""
     import json
 
     from megalab.book.chapters import ch00_know_your_machine as ch00
+    from megalab.machine.env import repo_root
     from megalab.records.store import as_store
 
-    root = as_store(store).root
-    out = {}
-    for name, rel in PROBES.items():
-        if (root / rel).exists():
-            probe = json.loads((root / rel).read_text())
-            out[name] = {**probe, "links": ch00.links(probe.get("topo", ""))}
-    return out
+    roots = [as_store(store).root] + ([repo_root() / "results"] if repo_root() else [])
+    for root in roots:
+        out = {}
+        for name, rel in PROBES.items():
+            if (root / rel).exists():
+                probe = json.loads((root / rel).read_text())
+                out[name] = {**probe, "links": ch00.links(probe.get("topo", ""))}
+        if out:
+            return out
+    return {}
 
 
 def hosts_table(hosts: dict):
