@@ -24,10 +24,9 @@ def env():
     where = tempfile.mkdtemp(prefix="mfs")
     out = {**launch.child_env(), forkserver.DIR: where, forkserver.IDLE: "120"}
     yield out
-    for nproc in range(1, 5):
-        pid = forkserver.ping(forkserver.socket_path(nproc, out))
-        if pid:
-            os.kill(pid, signal.SIGTERM)
+    pid = forkserver.ping(forkserver.socket_path(out))
+    if pid:
+        os.kill(pid, signal.SIGTERM)
     time.sleep(1.5)  # the server notices within a second and removes its socket
     shutil.rmtree(where, ignore_errors=True)
 
@@ -71,9 +70,14 @@ def test_a_second_run_forks_from_the_same_warm_server(env, tmp_path):
     first, second = tmp_path / "a", tmp_path / "b"
     first.mkdir(), second.mkdir()
     assert _client(env, first, 2, VARIABLES).returncode == 0
-    pid = forkserver.ping(forkserver.socket_path(2, env))
+    pid = forkserver.ping(forkserver.socket_path(env))
     assert _client(env, second, 2, VARIABLES).returncode == 0
-    assert pid and forkserver.ping(forkserver.socket_path(2, env)) == pid
+    assert pid and forkserver.ping(forkserver.socket_path(env)) == pid
+    third = tmp_path / "c"  # another world size: the same server
+    third.mkdir()
+    assert _client(env, third, 3, VARIABLES).returncode == 0
+    assert forkserver.ping(forkserver.socket_path(env)) == pid
+    assert {g["WORLD_SIZE"] for g in _ranks(third, 3)} == {"3"}
     # launch to the rank's Python, torch already imported: a fresh interpreter and the client
     assert max(g["python_s"] for g in _ranks(second, 2)) < 2.0
 
@@ -126,7 +130,7 @@ def test_a_signal_to_the_client_stops_its_ranks(env, tmp_path, sig):
 
 
 def test_a_stale_socket_is_replaced(env, tmp_path):
-    path = forkserver.socket_path(1, env)
+    path = forkserver.socket_path(env)
     assert _client(env, tmp_path, 1, "pass").returncode == 0
     old = forkserver.ping(path)
     os.kill(old, signal.SIGKILL)  # its socket stays behind, with nobody listening
@@ -138,13 +142,17 @@ def test_a_stale_socket_is_replaced(env, tmp_path):
 
 
 def test_an_idle_server_exits_and_removes_its_socket(env, tmp_path):
-    env = {**env, forkserver.IDLE: "1"}
-    path = forkserver.socket_path(4, env)
-    assert _client(env, tmp_path, 4, "pass").returncode == 0
-    deadline = time.monotonic() + 15
-    while os.path.exists(path) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not os.path.exists(path) and forkserver.ping(path) is None
+    where = tempfile.mkdtemp(prefix="mfi")  # a server of its own, started idle-short
+    env = {**env, forkserver.DIR: where, forkserver.IDLE: "1"}
+    path = forkserver.socket_path(env)
+    try:
+        assert _client(env, tmp_path, 4, "pass").returncode == 0
+        deadline = time.monotonic() + 15
+        while os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not os.path.exists(path) and forkserver.ping(path) is None
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
 
 
 def _refusing(path):
@@ -169,7 +177,7 @@ def test_the_client_falls_back_to_spawn(env, tmp_path, failure):
         refusing = None
     else:
         env = {**env, forkserver.DIR: where}
-        refusing = _refusing(forkserver.socket_path(2, env))
+        refusing = _refusing(forkserver.socket_path(env))
     try:
         proc = _client(env, tmp_path, 2, VARIABLES)
     finally:
@@ -225,4 +233,4 @@ def test_a_launched_dry_run_goes_through_the_forkserver(env, tmp_path, monkeypat
     assert outcome.status == "ok" and "spawn does" not in log, log[-4000:]
     rows = sorted(outcome.parsed.params, key=lambda r: r["rank"])
     assert [r["params"] for r in rows] == theory.params_per_rank(cfg)
-    assert forkserver.ping(forkserver.socket_path(2, launch.child_env())) is not None
+    assert forkserver.ping(forkserver.socket_path(launch.child_env())) is not None

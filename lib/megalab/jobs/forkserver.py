@@ -6,16 +6,16 @@ otherwise (megalab.book.reproduce; megalab.jobs.spawn stays the default elsewher
 
 Each rank of megalab.jobs.spawn imports torch, Megatron Core and Transformer Engine itself: 9-15 s
 of a launch on the book's GPU hosts (the records' start-up mark `imports`). Here a server per
-(nproc, Python, lib path, PYTHONPATH) imports them once, never touching CUDA, and waits on a Unix
-socket under $MEGALAB_FORKSERVER_DIR (default $TMPDIR). This command, the client, connects and
-sends the ranks' argv, its working directory, each rank's variables (spawn.rank_env: the ones
-torchrun sets) and its stdout and stderr (SCM_RIGHTS). The server forks a manager for the run,
-which forks one process per rank: each puts the passed descriptors on 1 and 2, takes the client's
-environment, directory and argv, resets the signal handlers, forgets megalab's own modules (so the
-trainer's start-up clock, megalab.train.loop._T0, starts in the fork: `python` is launch to the
-fork, `imports` what is left to import) and runs `-m module`, `-c code` or a script as Python
-would, then exits with its code. Every run is still a fresh process: nothing of one run reaches
-the next (a comparison group's runs, CUDA graphs' captures).
+(Python, lib path, PYTHONPATH; every world size shares it) imports them once, never touching CUDA,
+and waits on a Unix socket under $MEGALAB_FORKSERVER_DIR (default $TMPDIR). This command, the
+client, connects and sends the ranks' argv, its working directory, each rank's variables
+(spawn.rank_env: the ones torchrun sets) and its stdout and stderr (SCM_RIGHTS). The server forks a
+manager for the run, which forks one process per rank: each puts the passed descriptors on 1 and 2,
+takes the client's environment, directory and argv, resets the signal handlers, forgets megalab's
+own modules (so the trainer's start-up clock, megalab.train.loop._T0, starts in the fork: `python`
+is launch to the fork, `imports` what is left to import) and runs `-m module`, `-c code` or a script
+as Python would, then exits with its code. Every run is still a fresh process: nothing of one run
+reaches the next (a comparison group's runs, CUDA graphs' captures).
 
 Spawn's semantics hold: the first rank to exit non-zero ends the run, the others get SIGTERM then
 SIGKILL after GRACE_S; SIGTERM or SIGINT to the client is passed to the ranks; the client dies
@@ -92,10 +92,11 @@ class Unavailable(RuntimeError):
 
 
 # -- the client ------------------------------------------------------------------------------------
-def socket_path(nproc: int, env=None) -> str:
-    """The server's socket for `nproc` ranks of this Python and lib (and PYTHONPATH) under `env`."""
+def socket_path(env=None) -> str:
+    """The server's socket for this Python and lib (and PYTHONPATH) under `env`: one server forks
+    the ranks of every world size (a chapter's 1-, 2- and 4-GPU runs pay one start)."""
     env = os.environ if env is None else env
-    key = json.dumps([nproc, sys.executable, LIB, env.get("PYTHONPATH", "")])
+    key = json.dumps([sys.executable, LIB, env.get("PYTHONPATH", "")])
     name = f"megalab-forkserver-{os.getuid()}-{hashlib.sha256(key.encode()).hexdigest()[:12]}.sock"
     return os.path.join(env.get(DIR) or tempfile.gettempdir(), name)
 
@@ -125,10 +126,10 @@ def ping(path: str) -> int | None:
         return None
 
 
-def connect(nproc: int) -> socket.socket:
-    """A connection to the warm server for `nproc` ranks, started (and a stale socket replaced)
-    where none answers; Unavailable when none can be."""
-    path = socket_path(nproc)
+def connect() -> socket.socket:
+    """A connection to the warm server, started (and a stale socket replaced) where none answers;
+    Unavailable when none can be."""
+    path = socket_path()
     try:
         return _dial(path)
     except OSError:
@@ -219,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if rank_argv[0] not in ("-m", "-c") and rank_argv[0].startswith("-"):
             raise Unavailable(f"it runs -m, -c or a script, not {rank_argv[0]}")
-        return run(connect(nproc), nproc, rank_argv)
+        return run(connect(), nproc, rank_argv)
     except Unavailable as e:
         print(f"megalab.jobs.forkserver: {e}; starting the ranks as spawn does", file=sys.stderr)
         return spawn.run(nproc, rank_argv)
