@@ -269,3 +269,17 @@ def test_sweep_fit_finds_the_fixed_cost_the_bubble_formula_leaves_out():
     assert bars.attrs["y"] == "time per micro-batch / m = 16's"
     assert bars["kind"].tolist() == ["measured"] * 4 + ["bubble formula"] * 4
     assert bars["micro-batches m"].tolist()[:4] == ["2", "4", "8", "16"]
+
+
+def test_the_series_sweep_reads_as_1f1b_slots_that_stop_shrinking():
+    """megatron-tutorials' PP 8 sweep (R1-R6, copied): m + p - 1 slots a step; a slot's GPU work
+    at the H100's peak halves with the micro-batch; from m = 16 to 32 the slot does not shorten,
+    leaving about 5 ms per layer beyond the GPU's work (the eager host cost of chapter 0)."""
+    t = ch05.series_pp().set_index("m")
+    assert list(t.index) == [1, 2, 4, 8, 16, 32] and list(t["mbs"]) == [32, 16, 8, 4, 2, 1]
+    assert t.loc[8, "step_ms"] == 875 and t.loc[32, "slots"] == 39
+    assert t.loc[32, "slot_ms"] == pytest.approx(2050 / 39)
+    assert t.loc[16, "gpu_ms"] == pytest.approx(2 * t.loc[32, "gpu_ms"])
+    one = presets.get("gpt-8.3b").replace(gpus=8, pp=8, mbs=32, gbs=32)
+    assert t.loc[1, "gpu_ms"] == pytest.approx(1e3 * theory.flops_per_step(one) / 8 / 989e12)
+    assert t.loc[32, "slot_ms"] > t.loc[16, "slot_ms"] and 4 < t.loc[32, "beyond_layer_ms"] < 6

@@ -44,10 +44,22 @@ __all__ = [
     "SWEEP",
     "sweep_fit",
     "sweep_bars",
+    "SERIES_PP_URL",
+    "SERIES_PP_STEP_MS",
+    "series_pp",
 ]
 
 GROUP = "ch05.vpp"  # gpt-1.2b PP 2, m = 8: 1F1B, VPP 2, VPP 4 with CUDA graphs, alternated
 SWEEP = "ch05.m-sweep"  # gpt-1.2b PP 2, 1F1B, micro-batch 4, CUDA graphs: m = 2, 4, 8, 16
+
+# The vuiseng9/megatron-tutorials series' micro-batch sweep (its rows R1-R6): gpt-8.3b (72 layers,
+# 9 a stage) on PP 8, global batch 32, eager Megatron-LM core_r0.14.0 on one 8×H100 80 GB node.
+# Copied from its table (assets/tbl-401-pp-vpp.png of this commit), not measured here: m -> ms.
+SERIES_PP_URL = (
+    "https://github.com/vuiseng9/megatron-tutorials/blob/"
+    "0b2c030a1db783c2c15313bd91b2db10860ac637/04-pp-vpp.md"
+)
+SERIES_PP_STEP_MS = {1: 2920, 2: 1730, 4: 1130, 8: 875, 16: 1160, 32: 2050}
 
 
 def layout(cfg) -> str:
@@ -136,6 +148,42 @@ def sweep_fit(t) -> dict:
         "worst_ms": float(miss.abs().max()),
         "over": float((t["ratio"] / t["predicted"]).max() - 1),
     }
+
+
+def series_pp(gpu: str = "H100"):
+    """The series' sweep (SERIES_PP_STEP_MS) read as 1F1B slots, one row per m: mbs (32 / m),
+    step_ms; slots, the m + p − 1 a stage runs (a micro-batch's forward and backward each, the
+    bubble's included); slot_ms = step_ms / slots; gpu_ms, a slot's GPU work at the dense bf16 peak
+    of `gpu` (theory.flops_per_step over m · p); beyond_layer_ms, what a slot took beyond that, per
+    layer of the stage. From m = 16 to 32 the micro-batch halves and the slot does not: what sets it
+    is work per micro-batch and layer, not FLOPs. attrs: p, layers (per stage)."""
+    import pandas as pd
+
+    from megalab import theory
+    from megalab.machine.hardware import gpu_spec
+    from megalab.runs import presets
+
+    p, gbs = 8, 32
+    peak = gpu_spec(gpu).peak_bf16_tflops * 1e12
+    rows = []
+    for m, step_ms in SERIES_PP_STEP_MS.items():
+        cfg = presets.get("gpt-8.3b").replace(gpus=p, pp=p, mbs=gbs // m, gbs=gbs).validate()
+        slots = m + p - 1
+        gpu_ms = 1e3 * theory.flops_per_step(cfg) / (m * p) / peak
+        rows.append(
+            {
+                "m": m,
+                "mbs": cfg.mbs,
+                "step_ms": step_ms,
+                "slots": slots,
+                "slot_ms": step_ms / slots,
+                "gpu_ms": gpu_ms,
+                "beyond_layer_ms": (step_ms / slots - gpu_ms) / (cfg.layers // p),
+            }
+        )
+    out = pd.DataFrame(rows)
+    out.attrs.update(p=p, layers=presets.get("gpt-8.3b").layers // p)
+    return out
 
 
 def sweep_bars(t):
