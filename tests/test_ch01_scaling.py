@@ -99,3 +99,12 @@ def test_the_defining_points_hold_every_group_as_recorded(gpus):
         for name in ("ch01.dp-strong", "ch01.overlap", "ch01.dp-weak"):
             recorded = timings.group(None, name, "H200")["cfg"]
             assert {c.key for c in recorded} <= keys, name
+
+
+def test_the_series_dp_cost_is_its_table_read_as_dp4_over_dp1():
+    """megatron-tutorials' GPT-2 XL rows (copied): DP 4 over DP 1 is 421/393 at micro-batch 15 and
+    250/220 at 1; any other micro-batch is refused, naming the two it timed."""
+    assert ch01_scaling.series_dp_over(15) == pytest.approx(421 / 393 - 1)
+    assert ch01_scaling.series_dp_over(1) == pytest.approx(250 / 220 - 1)
+    with pytest.raises(KeyError, match="micro-batches 1 and 15, not 4"):
+        ch01_scaling.series_dp_over(4)

@@ -10,7 +10,35 @@ optimizer step), and where the time the overlap hides goes, kernel kind by kind.
 
 from __future__ import annotations
 
-__all__ = ["optimizer_ms", "strong_scaling", "overlap_steps", "kernels", "shift", "KINDS"]
+__all__ = [
+    "optimizer_ms",
+    "strong_scaling",
+    "overlap_steps",
+    "kernels",
+    "shift",
+    "KINDS",
+    "SERIES_DP_URL",
+    "SERIES_DP_STEP_MS",
+    "series_dp_over",
+]
+
+# The vuiseng9/megatron-tutorials series' data-parallel table: GPT-2 XL, seq 1024, eager
+# Megatron-LM core_r0.14.0 on one 8×H100 80 GB node, one micro-batch per GPU and step. Copied from
+# its table (assets/tbl-101_dp_zero2.png of this commit), not measured here:
+# (DP, micro-batch) -> step (ms), rows R1, R2 (micro-batch 1) and R3, R5 (15, the most that fits)
+SERIES_DP_URL = (
+    "https://github.com/vuiseng9/megatron-tutorials/blob/"
+    "0b2c030a1db783c2c15313bd91b2db10860ac637/01-dp-zero2.md"
+)
+SERIES_DP_STEP_MS = {(1, 1): 220, (4, 1): 250, (1, 15): 393, (4, 15): 421}
+
+
+def series_dp_over(mbs: int = 15) -> float:
+    """How much longer the series' DP 4 step is than its DP 1 step at micro-batch `mbs` (1 or
+    15): the weak-scaling cost of data parallelism on its node."""
+    if (1, mbs) not in SERIES_DP_STEP_MS:
+        raise KeyError(f"the series timed micro-batches 1 and 15, not {mbs}")
+    return SERIES_DP_STEP_MS[4, mbs] / SERIES_DP_STEP_MS[1, mbs] - 1
 
 # the kernel kinds of a profiled step as the chapter names them, in the order it draws them
 KINDS = {
