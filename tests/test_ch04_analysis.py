@@ -267,3 +267,13 @@ def test_host_words():
     g = pd.DataFrame({"cfg": [ONE, ONE.replace(gpus=2, cp=2)]})
     g.attrs["host"] = "vm (32 CPUs, NVIDIA H200)"
     assert ch04.host_words(g) == "2×H200 virtual machine (32 CPUs)"
+
+
+def test_the_series_ring_loses_at_4k_and_wins_at_16k_on_cp8():
+    """megatron-tutorials' CP 8 rows (copied): ring over all_gather 450/342 at 4k tokens (512 a
+    GPU), 1300/1440 at 16k (2,048 a GPU)."""
+    from megalab.book.chapters import ch04_analysis
+
+    got = ch04_analysis.series_ring_vs_all_gather()
+    assert got[4096] == {"ratio": pytest.approx(450 / 342), "tokens": 512}
+    assert got[16384] == {"ratio": pytest.approx(1300 / 1440), "tokens": 2048}
