@@ -11,7 +11,34 @@ from __future__ import annotations
 from megalab import theory
 from megalab.book import frame
 
-__all__ = ["CHOICES", "choice", "throughput", "gain_bars", "tradeoff", "provenance"]
+__all__ = [
+    "CHOICES",
+    "choice",
+    "throughput",
+    "gain_bars",
+    "tradeoff",
+    "provenance",
+    "SERIES_SP_URL",
+    "SERIES_SP_VS_FULL",
+    "series_full_cost",
+]
+
+# The vuiseng9/megatron-tutorials series' SP against full recomputation (its columns C2, C3):
+# GPT-22B on TP 8, global batch 4, seq 2048, eager Megatron-LM core_r0.14.0 on one 8×H100 80 GB
+# node. Copied from its table (assets/tbl-280-sp-ra.png of this commit), not measured here:
+# layout -> (step ms, GB per GPU)
+SERIES_SP_URL = (
+    "https://github.com/vuiseng9/megatron-tutorials/blob/"
+    "0b2c030a1db783c2c15313bd91b2db10860ac637/02-tp-sp.md"
+)
+SERIES_SP_VS_FULL = {"sp": (427.0, 62.0), "full": (570.0, 57.6)}
+
+
+def series_full_cost() -> dict:
+    """What full recomputation instead of SP cost the series: extra_time (its step over SP's, less
+    1) and saved_gb (SP's memory per GPU less its)."""
+    (sp_ms, sp_gb), (full_ms, full_gb) = SERIES_SP_VS_FULL["sp"], SERIES_SP_VS_FULL["full"]
+    return {"extra_time": full_ms / sp_ms - 1, "saved_gb": sp_gb - full_gb}
 
 # what each recomputation choice is called on the chapter's figures, by (recompute, modules)
 CHOICES = {
