@@ -335,3 +335,13 @@ def test_defining_is_what_the_figures_read():
     assert paper.defining(1) and not any(
         c.tp > 1 for item in paper.defining(1) for c in getattr(item, "configs", [item])
     )
+
+
+def test_the_series_eager_tp_steps_sit_on_a_floor():
+    """megatron-tutorials' strong-scaling rows (copied): TP 2 1.05× at batch 8; the TP 4 and TP 8
+    steps 200-207 ms at batch 8 and 20 alike."""
+    from megalab.book.chapters import ch02_analysis
+
+    got = ch02_analysis.series_tp_strong()
+    assert got["tp2_x"] == pytest.approx(210 / 200)
+    assert got["floor_ms"] == 207 and got["floor_spread"] == pytest.approx(207 / 200 - 1)

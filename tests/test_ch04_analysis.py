@@ -275,5 +275,5 @@ def test_the_series_ring_loses_at_4k_and_wins_at_16k_on_cp8():
     from megalab.book.chapters import ch04_analysis
 
     got = ch04_analysis.series_ring_vs_all_gather()
-    assert got[4096] == {"ratio": pytest.approx(450 / 342), "tokens": 512}
-    assert got[16384] == {"ratio": pytest.approx(1300 / 1440), "tokens": 2048}
+    assert got[4096] == {"ratio": pytest.approx(450 / 342), "tokens": 512, "fastest": "a2a"}
+    assert got[16384] == {"ratio": pytest.approx(1300 / 1440), "tokens": 2048, "fastest": "a2a"}

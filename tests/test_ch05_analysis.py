@@ -283,3 +283,9 @@ def test_the_series_sweep_reads_as_1f1b_slots_that_stop_shrinking():
     one = presets.get("gpt-8.3b").replace(gpus=8, pp=8, mbs=32, gbs=32)
     assert t.loc[1, "gpu_ms"] == pytest.approx(1e3 * theory.flops_per_step(one) / 8 / 989e12)
     assert t.loc[32, "slot_ms"] > t.loc[16, "slot_ms"] and 4 < t.loc[32, "beyond_layer_ms"] < 6
+
+
+def test_the_series_eager_floor_is_its_fastest_wide_tp_step_per_layer():
+    """The series' TP 4 and TP 8 steps of gpt-1.2b (40 layers) never went below 200 ms, at batch 8
+    or 20: 5 ms per layer and micro-batch."""
+    assert ch05.series_floor_per_layer() == pytest.approx(200 / 40)

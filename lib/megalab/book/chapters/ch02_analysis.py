@@ -27,6 +27,9 @@ from __future__ import annotations
 from megalab.book.chapters.ch01_analysis import interval_text
 
 __all__ = [
+    "SERIES_TP_URL",
+    "SERIES_TP_STRONG_MS",
+    "series_tp_strong",
     "MEASURED",
     "PAPER_NAME",
     "layout",
@@ -53,6 +56,37 @@ from megalab.book.chapters.ch02_tensor_parallel import (
 )
 
 MEASURED = "measured: H200, CUDA graphs"
+
+# The vuiseng9/megatron-tutorials series' tensor-parallel strong scaling: gpt-1.2b, seq 1024,
+# micro-batch = global batch, eager Megatron-LM core_r0.14.0 on one 8×H100 80 GB node. Copied from
+# its table (assets/tbl-203-tp-strong-scaling.png of this commit), not measured here:
+# (global batch, TP) -> step (ms), rows R11-R14 (batch 8) and R15-R18 (batch 20)
+SERIES_TP_URL = (
+    "https://github.com/vuiseng9/megatron-tutorials/blob/"
+    "0b2c030a1db783c2c15313bd91b2db10860ac637/02-tp-sp.md"
+)
+SERIES_TP_STRONG_MS = {
+    (8, 1): 210,
+    (8, 2): 200,
+    (8, 4): 200,
+    (8, 8): 205,
+    (20, 1): 390,
+    (20, 2): 259,
+    (20, 4): 207,
+    (20, 8): 207,
+}
+
+
+def series_tp_strong() -> dict:
+    """The series' eager strong scaling read for a floor: tp2_x, TP 2's speed-up at batch 8;
+    floor_ms, the slowest of its TP 4 and TP 8 steps at batch 8 and 20, and floor_spread, how far
+    those four steps are apart (over the fastest): 2.5 times the work in about the same time."""
+    wide = [ms for (_, tp), ms in SERIES_TP_STRONG_MS.items() if tp >= 4]
+    return {
+        "tp2_x": SERIES_TP_STRONG_MS[8, 1] / SERIES_TP_STRONG_MS[8, 2],
+        "floor_ms": max(wide),
+        "floor_spread": max(wide) / min(wide) - 1,
+    }
 PAPER_NAME = "Shoeybi et al. 2019: V100"
 
 

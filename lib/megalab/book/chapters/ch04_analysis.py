@@ -57,7 +57,7 @@ COMM_ORDER = ("", "p2p", "all_gather", "a2a", "a2a+p2p")
 
 # The vuiseng9/megatron-tutorials series' CP 8 rows: gpt-1.2b, global batch 8, eager Megatron-LM
 # core_r0.14.0 on one 8×H100 80 GB node. Copied from its table (assets/tbl-301-cp.png of this
-# commit), not measured here: (--cp-comm-type, seq) -> step (ms), rows R4, R5, R7, R8
+# commit), not measured here: (--cp-comm-type, seq) -> step (ms), rows R4-R6 (4k), R7-R9 (16k)
 SERIES_CP_URL = (
     "https://github.com/vuiseng9/megatron-tutorials/blob/"
     "0b2c030a1db783c2c15313bd91b2db10860ac637/03-cp.md"
@@ -66,18 +66,25 @@ SERIES_CP = 8
 SERIES_CP_STEP_MS = {
     ("p2p", 4096): 450,
     ("all_gather", 4096): 342,
+    ("a2a", 4096): 332,
     ("p2p", 16384): 1300,
     ("all_gather", 16384): 1440,
+    ("a2a", 16384): 1250,
 }
 
 
 def series_ring_vs_all_gather() -> dict:
     """The series' CP 8 ring step over its all_gather step, per sequence length, with the tokens
-    each GPU holds (seq / cp): {seq: {"ratio": ..., "tokens": ...}}. Above 1 the ring is slower."""
+    each GPU holds (seq / cp) and its fastest type: {seq: {"ratio": ..., "tokens": ..., "fastest":
+    ...}}. Above 1 the ring is slower."""
     return {
         seq: {
             "ratio": SERIES_CP_STEP_MS["p2p", seq] / SERIES_CP_STEP_MS["all_gather", seq],
             "tokens": seq // SERIES_CP,
+            "fastest": min(
+                (k for k, s in SERIES_CP_STEP_MS if s == seq),
+                key=lambda k: SERIES_CP_STEP_MS[k, seq],
+            ),
         }
         for seq in sorted({s for _, s in SERIES_CP_STEP_MS})
     }

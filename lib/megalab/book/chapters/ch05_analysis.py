@@ -47,6 +47,7 @@ __all__ = [
     "SERIES_PP_URL",
     "SERIES_PP_STEP_MS",
     "series_pp",
+    "series_floor_per_layer",
 ]
 
 GROUP = "ch05.vpp"  # gpt-1.2b PP 2, m = 8: 1F1B, VPP 2, VPP 4 with CUDA graphs, alternated
@@ -184,6 +185,17 @@ def series_pp(gpu: str = "H100"):
     out = pd.DataFrame(rows)
     out.attrs.update(p=p, layers=presets.get("gpt-8.3b").layers // p)
     return out
+
+
+def series_floor_per_layer() -> float:
+    """The series' eager floor per layer and micro-batch, in ms: the fastest of its TP 4 and TP 8
+    steps of the 40-layer gpt-1.2b (one micro-batch a step, at global batch 8 and 20 alike:
+    ch02_analysis.SERIES_TP_STRONG_MS) over its layers."""
+    from megalab.book.chapters.ch02_analysis import SERIES_TP_STRONG_MS
+    from megalab.runs import presets
+
+    floor = min(ms for (_, tp), ms in SERIES_TP_STRONG_MS.items() if tp >= 4)
+    return floor / presets.get("gpt-1.2b").layers
 
 
 def sweep_bars(t):
