@@ -289,3 +289,11 @@ def test_the_series_eager_floor_is_its_fastest_wide_tp_step_per_layer():
     """The series' TP 4 and TP 8 steps of gpt-1.2b (40 layers) never went below 200 ms, at batch 8
     or 20: 5 ms per layer and micro-batch."""
     assert ch05.series_floor_per_layer() == pytest.approx(200 / 40)
+
+
+def test_the_series_interleaving_rows_are_its_table():
+    """megatron-tutorials' PP 8 and TP 2 + SP × PP 4 rows (copied): 1F1B (a stage's whole layers),
+    chunks of three layers faster, chunks of one no faster."""
+    v = ch05.SERIES_VPP_STEP_MS
+    assert (v["PP 8", 9], v["PP 8", 3], v["PP 8", 1]) == (875, 715, 880)
+    assert [v["TP 2 + SP, PP 4", n] for n in (18, 9, 6, 3, 2, 1)] == [887, 745, 680, 665, 710, 895]

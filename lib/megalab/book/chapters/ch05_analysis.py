@@ -48,6 +48,7 @@ __all__ = [
     "SERIES_PP_STEP_MS",
     "series_pp",
     "series_floor_per_layer",
+    "SERIES_VPP_STEP_MS",
 ]
 
 GROUP = "ch05.vpp"  # gpt-1.2b PP 2, m = 8: 1F1B, VPP 2, VPP 4 with CUDA graphs, alternated
@@ -61,6 +62,19 @@ SERIES_PP_URL = (
     "0b2c030a1db783c2c15313bd91b2db10860ac637/04-pp-vpp.md"
 )
 SERIES_PP_STEP_MS = {1: 2920, 2: 1730, 4: 1130, 8: 875, 16: 1160, 32: 2050}
+# its interleaving rows, same table, global batch 32: (layout, layers per chunk) -> step (ms); a
+# stage's whole layers is 1F1B. PP 8 at m = 8: R4, R7, R8; TP 2 + SP × PP 4 at m = 4: R10-R15
+SERIES_VPP_STEP_MS = {
+    ("PP 8", 9): 875,
+    ("PP 8", 3): 715,
+    ("PP 8", 1): 880,
+    ("TP 2 + SP, PP 4", 18): 887,
+    ("TP 2 + SP, PP 4", 9): 745,
+    ("TP 2 + SP, PP 4", 6): 680,
+    ("TP 2 + SP, PP 4", 3): 665,
+    ("TP 2 + SP, PP 4", 2): 710,
+    ("TP 2 + SP, PP 4", 1): 895,
+}
 
 
 def layout(cfg) -> str:
