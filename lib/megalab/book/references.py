@@ -12,7 +12,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["PAPERS", "Paper", "cite"]
+__all__ = ["PAPERS", "Paper", "cite", "SERIES_COMMIT", "series"]
+
+# the vuiseng9/megatron-tutorials series (eager Megatron-LM on one 8×H100 node) whose tables the
+# chapters quote beside their own runs, pinned to the commit their numbers were copied from
+SERIES_COMMIT = "0b2c030a1db783c2c15313bd91b2db10860ac637"
+
+
+def series(page: str) -> str:
+    """The series' `page` ("03-cp.md") at SERIES_COMMIT."""
+    return f"https://github.com/vuiseng9/megatron-tutorials/blob/{SERIES_COMMIT}/{page}"
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ optimizer step), and where the time the overlap hides goes, kernel kind by kind.
 
 from __future__ import annotations
 
+from megalab.book import references
+
 __all__ = [
     "optimizer_ms",
     "strong_scaling",
@@ -26,10 +28,7 @@ __all__ = [
 # Megatron-LM core_r0.14.0 on one 8×H100 80 GB node, one micro-batch per GPU and step. Copied from
 # its table (assets/tbl-101_dp_zero2.png of this commit), not measured here:
 # (DP, micro-batch) -> step (ms), rows R1, R2 (micro-batch 1) and R3, R5 (15, the most that fits)
-SERIES_DP_URL = (
-    "https://github.com/vuiseng9/megatron-tutorials/blob/"
-    "0b2c030a1db783c2c15313bd91b2db10860ac637/01-dp-zero2.md"
-)
+SERIES_DP_URL = references.series("01-dp-zero2.md")
 SERIES_DP_STEP_MS = {(1, 1): 220, (4, 1): 250, (1, 15): 393, (4, 15): 421}
 
 

@@ -24,6 +24,8 @@ book's and carry the reader's own rows in attrs["yours"]; beside_paper draws the
 
 from __future__ import annotations
 
+from megalab.book import references
+
 from megalab.book.chapters.ch01_analysis import interval_text
 
 __all__ = [
@@ -61,10 +63,7 @@ MEASURED = "measured: H200, CUDA graphs"
 # micro-batch = global batch, eager Megatron-LM core_r0.14.0 on one 8×H100 80 GB node. Copied from
 # its table (assets/tbl-203-tp-strong-scaling.png of this commit), not measured here:
 # (global batch, TP) -> step (ms), rows R11-R14 (batch 8) and R15-R18 (batch 20)
-SERIES_TP_URL = (
-    "https://github.com/vuiseng9/megatron-tutorials/blob/"
-    "0b2c030a1db783c2c15313bd91b2db10860ac637/02-tp-sp.md"
-)
+SERIES_TP_URL = references.series("02-tp-sp.md")
 SERIES_TP_STRONG_MS = {
     (8, 1): 210,
     (8, 2): 200,

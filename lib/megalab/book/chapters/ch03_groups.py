@@ -8,6 +8,8 @@ returns a pandas frame for `frame.table` or a chart; the group's GPU-busy share 
 
 from __future__ import annotations
 
+from megalab.book import references
+
 from megalab import theory
 from megalab.book import frame
 
@@ -27,10 +29,7 @@ __all__ = [
 # GPT-22B on TP 8, global batch 4, seq 2048, eager Megatron-LM core_r0.14.0 on one 8×H100 80 GB
 # node. Copied from its table (assets/tbl-280-sp-ra.png of this commit), not measured here:
 # layout -> (step ms, GB per GPU)
-SERIES_SP_URL = (
-    "https://github.com/vuiseng9/megatron-tutorials/blob/"
-    "0b2c030a1db783c2c15313bd91b2db10860ac637/02-tp-sp.md"
-)
+SERIES_SP_URL = references.series("02-tp-sp.md")
 SERIES_SP_VS_FULL = {"sp": (427.0, 62.0), "full": (570.0, 57.6)}
 
 

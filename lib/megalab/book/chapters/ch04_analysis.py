@@ -25,6 +25,8 @@ A layout is said in words (frame.describe), the ring named: "1 GPU", "CP 2 (ring
 
 from __future__ import annotations
 
+from megalab.book import references
+
 from megalab import theory
 from megalab.book.chapters.ch03_memory import legend_in_words  # noqa: F401  (charts.metric_vs)
 
@@ -58,10 +60,7 @@ COMM_ORDER = ("", "p2p", "all_gather", "a2a", "a2a+p2p")
 # The vuiseng9/megatron-tutorials series' CP 8 rows: gpt-1.2b, global batch 8, eager Megatron-LM
 # core_r0.14.0 on one 8×H100 80 GB node. Copied from its table (assets/tbl-301-cp.png of this
 # commit), not measured here: (--cp-comm-type, seq) -> step (ms), rows R4-R6 (4k), R7-R9 (16k)
-SERIES_CP_URL = (
-    "https://github.com/vuiseng9/megatron-tutorials/blob/"
-    "0b2c030a1db783c2c15313bd91b2db10860ac637/03-cp.md"
-)
+SERIES_CP_URL = references.series("03-cp.md")
 SERIES_CP = 8
 SERIES_CP_STEP_MS = {
     ("p2p", 4096): 450,

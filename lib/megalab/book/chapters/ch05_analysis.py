@@ -19,6 +19,8 @@ chunk) in the first two colours, chunk 1's in the next two.
 
 from __future__ import annotations
 
+from megalab.book import references
+
 __all__ = [
     "GROUP",
     "layout",
@@ -57,10 +59,7 @@ SWEEP = "ch05.m-sweep"  # gpt-1.2b PP 2, 1F1B, micro-batch 4, CUDA graphs: m = 2
 # The vuiseng9/megatron-tutorials series' micro-batch sweep (its rows R1-R6): gpt-8.3b (72 layers,
 # 9 a stage) on PP 8, global batch 32, eager Megatron-LM core_r0.14.0 on one 8×H100 80 GB node.
 # Copied from its table (assets/tbl-401-pp-vpp.png of this commit), not measured here: m -> ms.
-SERIES_PP_URL = (
-    "https://github.com/vuiseng9/megatron-tutorials/blob/"
-    "0b2c030a1db783c2c15313bd91b2db10860ac637/04-pp-vpp.md"
-)
+SERIES_PP_URL = references.series("04-pp-vpp.md")
 SERIES_PP_STEP_MS = {1: 2920, 2: 1730, 4: 1130, 8: 875, 16: 1160, 32: 2050}
 # its interleaving rows, same table, global batch 32: (layout, layers per chunk) -> step (ms); a
 # stage's whole layers is 1F1B. PP 8 at m = 8: R4, R7, R8; TP 2 + SP × PP 4 at m = 4: R10-R15

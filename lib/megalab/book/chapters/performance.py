@@ -20,6 +20,8 @@ published, never as a measurement of this book.
 
 from __future__ import annotations
 
+from megalab.book import references
+
 __all__ = [
     "TUTORIALS",
     "TUTORIALS_MS",
@@ -33,10 +35,7 @@ __all__ = [
 ]
 
 # the series' tensor-parallel tables (02-tp-sp.md, rows R1-R3 weak scaling and R12 strong scaling)
-TUTORIALS = (
-    "https://github.com/vuiseng9/megatron-tutorials/blob/"
-    "0b2c030a1db783c2c15313bd91b2db10860ac637/02-tp-sp.md"
-)
+TUTORIALS = references.series("02-tp-sp.md")
 # (model, TP) -> Megatron-LM's step time (ms) there, global batch 8 = micro-batch 8, seq 1024
 TUTORIALS_MS = {
     ("gpt-1.2b", 1): 209.0,
