@@ -114,15 +114,20 @@ def host_probe(store=None, name: str = PROBE) -> dict:
     return {**probe, "links": links(probe.get("topo", ""))}
 
 
-def probe_path(name: str, store=None):
-    """Where probe file `name` ("probes/host-4xh200/host_probe.json") is: in the results store, or,
-    for a store that lacks it (MEGALAB_RESULTS pointing at a fresh one, as a GPU host's recording
-    does), in the checkout's committed results/; FileNotFoundError naming both otherwise."""
+def probe_roots(store=None) -> list:
+    """Where probe files are looked for, in order: the results store, then (for a store that lacks
+    them: MEGALAB_RESULTS pointing at a fresh one, as a GPU host's recording does) the checkout's
+    committed results/."""
     from megalab.machine.env import repo_root
     from megalab.records.store import as_store
 
-    first = as_store(store).root / name
-    places = [first] + ([repo_root() / "results" / name] if repo_root() else [])
+    return [as_store(store).root] + ([repo_root() / "results"] if repo_root() else [])
+
+
+def probe_path(name: str, store=None):
+    """Where probe file `name` ("probes/host-4xh200/host_probe.json") is, the first of probe_roots
+    that holds it; FileNotFoundError naming every place otherwise."""
+    places = [root / name for root in probe_roots(store)]
     for path in places:
         if path.exists():
             return path

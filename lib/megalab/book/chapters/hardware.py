@@ -31,19 +31,10 @@ ENVIRONMENT = {
 def probes(store=None) -> dict:
     """{column name: host probe (with its links)} of every PROBES file the store holds; a store
     holding none (a fresh one, as a GPU host's recording uses) reads the checkout's results/."""
-    import json
-
     from megalab.book.chapters import ch00_know_your_machine as ch00
-    from megalab.machine.env import repo_root
-    from megalab.records.store import as_store
 
-    roots = [as_store(store).root] + ([repo_root() / "results"] if repo_root() else [])
-    for root in roots:
-        out = {}
-        for name, rel in PROBES.items():
-            if (root / rel).exists():
-                probe = json.loads((root / rel).read_text())
-                out[name] = {**probe, "links": ch00.links(probe.get("topo", ""))}
+    for root in ch00.probe_roots(store):
+        out = {n: ch00.host_probe(root, rel) for n, rel in PROBES.items() if (root / rel).exists()}
         if out:
             return out
     return {}
