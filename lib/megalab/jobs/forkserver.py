@@ -1,6 +1,6 @@
 """Start one node's ranks as forks of a warm server that has imported torch and Megatron once:
-what `launch` runs where MEGALAB_LAUNCHER=forkserver, as a live reproduction sets it unless told
-otherwise (megalab.book.reproduce; megalab.jobs.spawn stays the default elsewhere).
+what `launch` runs where MEGALAB_LAUNCHER=forkserver, and, unset, in a notebook's kernel and a live
+reproduction (megalab.jobs.launch.launcher; megalab.jobs.spawn elsewhere).
 
     python -m megalab.jobs.forkserver --nproc 2 -- -m megalab.train <flags>
 

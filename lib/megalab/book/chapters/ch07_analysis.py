@@ -224,8 +224,8 @@ def fitting_search(base, gpus: int, most: int = 64, **kw):
             )
         n *= 2
     if n != gpus:
-        print(f"{base.name} fits no layout on {gpus} GPU(s); ranked on {n}, the fewest that hold "
-              f"it")
+        said = f"{base.name} fits no layout on {gpus} GPU(s); ranked on {n}, the fewest that hold it"
+        print(said)
     return ranking
 
 
